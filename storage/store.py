@@ -1,0 +1,218 @@
+"""HistoryStore: documents and their token ids in SQLite (WAL, one writer, many readers).
+
+Writes that belong together (a document's text and its tokenization) go in one
+transaction, so a crash or kill at any moment leaves either the old or the new
+version of a document, never half of each.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import platformdirs
+import sqlite_utils
+
+from assistd.errors import HistoryError
+from storage.migrations import migrate
+
+TOKEN_DTYPE = np.dtype("<u4")
+
+
+def default_db_path() -> Path:
+    """``$ASSISTD_DB`` if set, else ``<user data dir>/assistd/history.db`` (platformdirs)."""
+    env = os.environ.get("ASSISTD_DB")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("assistd", appauthor=False)) / "history.db"
+
+
+def encode_tokens(token_ids) -> bytes:
+    """Token ids -> compact blob: little-endian uint32, 4 bytes per token."""
+    return np.asarray(token_ids, dtype=TOKEN_DTYPE).tobytes()
+
+
+def decode_tokens(blob: bytes) -> np.ndarray:
+    """Blob from :func:`encode_tokens` -> int64 array ``[num_tokens]``."""
+    return np.frombuffer(blob, dtype=TOKEN_DTYPE).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Document:
+    """A stored document's metadata (no text, no tokens)."""
+
+    id: int
+    scope: str
+    path: str
+    source_kind: str
+    language_id: str
+    content_hash: str
+    num_bytes: int
+    mtime_ns: int
+
+
+class HistoryStore:
+    """The SQLite history. Open with a path; the schema is created or upgraded on open.
+
+    Raises :class:`HistoryError` when the file cannot be opened as a database.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self.path), timeout=30)
+            self.db = sqlite_utils.Database(conn)
+            self.db.execute("PRAGMA busy_timeout = 30000")
+            self.db.enable_wal()
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute("PRAGMA foreign_keys = ON")
+            migrate(self.db)
+        except (sqlite3.DatabaseError, OSError) as e:
+            raise HistoryError(
+                f"cannot open history database {self.path}: {e}; "
+                "pass --db FILE or set ASSISTD_DB to a writable path"
+            ) from e
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    # -- reads -------------------------------------------------------------
+
+    def documents(self, scope: str, source_kind: str = "repo") -> dict[str, Document]:
+        """Documents of one scope and kind, keyed by path."""
+        rows = self.db.execute(
+            "select id, scope, path, source_kind, language_id, content_hash, num_bytes,"
+            " mtime_ns from documents where scope = ? and source_kind = ?",
+            [scope, source_kind],
+        ).fetchall()
+        return {r[2]: Document(*r) for r in rows}
+
+    def tokenized_ids(self, scope: str, fingerprint: str) -> dict[int, str]:
+        """document id -> content hash of its tokenization for this tokenizer."""
+        rows = self.db.execute(
+            "select t.document_id, t.content_hash from tokenizations t"
+            " join documents d on d.id = t.document_id"
+            " where d.scope = ? and t.tokenizer_fingerprint = ?",
+            [scope, fingerprint],
+        ).fetchall()
+        return dict(rows)
+
+    def token_arrays(self, scope: str, fingerprint: str) -> list[tuple[int, str, np.ndarray]]:
+        """All tokenized documents of a scope for one tokenizer: ``(id, path, ids[num_tokens])``.
+
+        Only tokenizations whose content hash matches the document's current hash
+        are returned, so a stale tokenization is never used.
+        """
+        rows = self.db.execute(
+            "select d.id, d.path, t.token_ids from documents d"
+            " join tokenizations t on t.document_id = d.id"
+            " where d.scope = ? and t.tokenizer_fingerprint = ?"
+            " and t.content_hash = d.content_hash order by d.id",
+            [scope, fingerprint],
+        ).fetchall()
+        return [(i, p, decode_tokens(b)) for i, p, b in rows]
+
+    def scope_summary(self, scope: str, fingerprint: str) -> dict:
+        """``{"scope", "documents", "tokens"}`` for the documents usable by this tokenizer."""
+        n_docs, n_tokens = self.db.execute(
+            "select count(*), coalesce(sum(t.num_tokens), 0) from documents d"
+            " join tokenizations t on t.document_id = d.id"
+            " where d.scope = ? and t.tokenizer_fingerprint = ?"
+            " and t.content_hash = d.content_hash",
+            [scope, fingerprint],
+        ).fetchone()
+        return {"scope": scope, "documents": n_docs, "tokens": n_tokens}
+
+    # -- writes ------------------------------------------------------------
+
+    def put_document(
+        self,
+        *,
+        scope: str,
+        path: str,
+        source_kind: str,
+        language_id: str,
+        content_hash: str,
+        num_bytes: int,
+        mtime_ns: int,
+        text: str,
+        decoded_with_replacement: bool,
+        fingerprint: str,
+        token_ids,
+    ) -> int:
+        """Insert or replace a document and its tokenization atomically; return its id."""
+        now = time.time()
+        blob = encode_tokens(token_ids)
+        with self.db.conn:  # one transaction: text and tokens change together
+            c = self.db.conn
+            row = c.execute(
+                "select id from documents where scope = ? and source_kind = ? and path = ?",
+                [scope, source_kind, path],
+            ).fetchone()
+            if row is None:
+                cur = c.execute(
+                    "insert into documents (scope, path, source_kind, language_id,"
+                    " content_hash, num_bytes, mtime_ns, text, decoded_with_replacement,"
+                    " created_utc, updated_utc) values (?,?,?,?,?,?,?,?,?,?,?)",
+                    [scope, path, source_kind, language_id, content_hash, num_bytes,
+                     mtime_ns, text, int(decoded_with_replacement), now, now],
+                )
+                doc_id = cur.lastrowid
+            else:
+                doc_id = row[0]
+                c.execute(
+                    "update documents set language_id = ?, content_hash = ?, num_bytes = ?,"
+                    " mtime_ns = ?, text = ?, decoded_with_replacement = ?, updated_utc = ?"
+                    " where id = ?",
+                    [language_id, content_hash, num_bytes, mtime_ns, text,
+                     int(decoded_with_replacement), now, doc_id],
+                )
+                # Tokenizations of the old text, for any tokenizer, are stale now.
+                c.execute("delete from tokenizations where document_id = ?", [doc_id])
+            c.execute(
+                "insert into tokenizations (document_id, tokenizer_fingerprint, content_hash,"
+                " token_ids, num_tokens, created_utc) values (?,?,?,?,?,?)",
+                [doc_id, fingerprint, content_hash, blob, len(blob) // 4, now],
+            )
+        return doc_id
+
+    def add_tokenization(self, doc_id: int, fingerprint: str, content_hash: str, token_ids) -> None:
+        """Store the tokenization of an unchanged document for another tokenizer."""
+        blob = encode_tokens(token_ids)
+        with self.db.conn:
+            self.db.conn.execute(
+                "insert or replace into tokenizations (document_id, tokenizer_fingerprint,"
+                " content_hash, token_ids, num_tokens, created_utc) values (?,?,?,?,?,?)",
+                [doc_id, fingerprint, content_hash, blob, len(blob) // 4, time.time()],
+            )
+
+    def document_text(self, doc_id: int) -> str:
+        return self.db.execute("select text from documents where id = ?", [doc_id]).fetchone()[0]
+
+    def touch(self, doc_id: int, mtime_ns: int) -> None:
+        """Record a new mtime for a document whose content did not change."""
+        with self.db.conn:
+            self.db.conn.execute(
+                "update documents set mtime_ns = ? where id = ?", [mtime_ns, doc_id]
+            )
+
+    def remove_documents(self, doc_ids: list[int]) -> None:
+        """Forget documents and all their tokenizations, atomically."""
+        if not doc_ids:
+            return
+        with self.db.conn:
+            for doc_id in doc_ids:
+                self.db.conn.execute("delete from tokenizations where document_id = ?", [doc_id])
+                self.db.conn.execute("delete from documents where id = ?", [doc_id])
+
+    def mark_indexed(self, scope: str) -> None:
+        with self.db.conn:
+            self.db.conn.execute(
+                "insert or replace into scopes (root, indexed_utc) values (?, ?)",
+                [scope, time.time()],
+            )
