@@ -1,0 +1,121 @@
+"""Plain vs speculative decoding on copy-heavy prompts, against llama-cpp-python's own
+prompt-lookup decoding (the in-stack peer, BRIEF §5), in one run.
+
+    .venv/bin/python benchmarks/copy_heavy.py [--max-tokens 128] [--repeats 3]
+
+Every variant is greedy on the same Target (the embedded SmolLM2-135M Q4_1) and the
+same prompts. Reported: end-to-end ms (prefill + decode, median over repeats) and
+our decode-only tokens/s, each with its ratio to plain decoding in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from assistd.engine import generate  # noqa: E402
+from assistd.session import default_model_path  # noqa: E402
+from assistd.targets.llama import LlamaTarget  # noqa: E402
+from proposers.ngram import HistoryIndex, NgramProposer  # noqa: E402
+from tests.test_engine import COPY_HEAVY  # noqa: E402
+
+
+def prompts() -> dict[str, str]:
+    """Copy-heavy prompts: the completion mostly repeats text seen earlier."""
+    engine = (ROOT / "assistd/engine.py").read_text()
+    cut = engine.index("    ledger.total_ms")
+    return {
+        "repeated-functions": COPY_HEAVY,
+        # Re-typing a file the history already holds (an editor re-saving, an agent re-emitting).
+        "retype-engine.py": engine[:cut],
+    }
+
+
+def run_ours(target, ids, proposer, k, max_tokens):
+    g = generate(target, ids, proposer, max_tokens=max_tokens, k=k)
+    return g.ledger.total_ms, g.ledger.tokens_per_s, g.tokens, g.ledger
+
+
+def run_peer(llm, text, max_tokens):
+    llm.reset()  # no prompt-prefix reuse between repeats: ours re-prefills too
+    t0 = time.perf_counter()
+    out = llm.create_completion(text, max_tokens=max_tokens, temperature=0.0, top_k=1)
+    ms = (time.perf_counter() - t0) * 1000
+    return ms, out["usage"]["completion_tokens"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-peer", action="store_true", help="skip llama-cpp-python's prompt lookup")
+    args = ap.parse_args()
+
+    model = default_model_path()
+    target = LlamaTarget(model, n_ctx=2048)
+    engine_doc = np.array(target.tokenize((ROOT / "assistd/engine.py").read_text()))
+    history = HistoryIndex([("assistd/engine.py", engine_doc)], key_n=2)
+    variants = {
+        "plain": (None, 0),
+        "ngram k=4 (context)": (NgramProposer(), 4),
+        "ngram k=8 (context)": (NgramProposer(), 8),
+        "ngram k=8 (context+history)": (NgramProposer(history), 8),
+        "ngram k=16 (context+history)": (NgramProposer(history), 16),
+    }
+    peer = peer_plain = None
+    if not args.no_peer:
+        import llama_cpp
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        common = dict(model_path=str(model), n_ctx=2048, n_threads=target._llm.n_threads,
+                      n_batch=512, verbose=False)
+        peer_plain = llama_cpp.Llama(**common)
+        peer = llama_cpp.Llama(**common, logits_all=True,
+                               draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10))
+
+    console = Console()
+    for name, text in prompts().items():
+        ids = target.tokenize(text)
+        table = Table(title=f"{name}: {len(ids)} prompt tokens, {args.max_tokens} new tokens, "
+                            f"median of {args.repeats}")
+        for col in ("variant", "end-to-end ms", "x plain", "decode tok/s", "x plain",
+                    "acceptance", "mean acc. len", "coverage", "same tokens"):
+            table.add_column(col, justify="right")
+        results = {}
+        for vname, (prop, k) in variants.items():
+            runs = [run_ours(target, ids, prop, k, args.max_tokens) for _ in range(args.repeats)]
+            results[vname] = runs
+        base_ms = statistics.median(r[0] for r in results["plain"])
+        base_tps = statistics.median(r[1] for r in results["plain"])
+        base_tokens = results["plain"][0][2]
+        for vname, runs in results.items():
+            ms = statistics.median(r[0] for r in runs)
+            tps = statistics.median(r[1] for r in runs)
+            led = runs[0][3]
+            f = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+            table.add_row(vname, f"{ms:.0f}", f"{base_ms / ms:.2f}", f"{tps:.1f}",
+                          f"{tps / base_tps:.2f}", f(led.acceptance_rate),
+                          f(led.mean_acceptance_length), f(led.coverage),
+                          "yes" if runs[0][2] == base_tokens else "near-tie")
+        if peer is not None:
+            for pname, llm in (("llama-cpp-python plain", peer_plain),
+                               ("llama-cpp-python PromptLookup(10)", peer)):
+                runs = [run_peer(llm, text, args.max_tokens) for _ in range(args.repeats)]
+                ms = statistics.median(r[0] for r in runs)
+                table.add_row(pname, f"{ms:.0f}", f"{base_ms / ms:.2f}", "-", "-", "-", "-",
+                              "-", "-")
+        console.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Shared fixtures: the real embedded Target, loaded once; a fresh SQLite file per test."""
+
+from __future__ import annotations
+
+import pytest
+
+from assistd.session import default_model_path
+from assistd.targets.llama import LlamaTarget
+from storage.store import HistoryStore
+
+
+@pytest.fixture(scope="session")
+def target():
+    """The embedded SmolLM2-135M-Instruct Q4_1 on llama.cpp (real model, loaded once)."""
+    t = LlamaTarget(default_model_path(), n_ctx=2048)
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = HistoryStore(tmp_path / "history.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture(autouse=True)
+def isolated_db(tmp_path, monkeypatch):
+    """Never touch the user's real history: ASSISTD_DB points into the test's tmp dir."""
+    monkeypatch.setenv("ASSISTD_DB", str(tmp_path / "env-history.db"))
+
+
+def make_repo(root, files: dict[str, str | bytes]):
+    """Write a small repository (with a .git dir so it is found as a root)."""
+    (root / ".git").mkdir(parents=True, exist_ok=True)
+    for rel, content in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content, encoding="utf-8")
+    return root

@@ -1,0 +1,164 @@
+"""`assistd` end to end, as a subprocess, on the real embedded model and a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_repo
+from tests.test_engine import COPY_HEAVY
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def assistd(*args, input=None, db=None, cwd=None):
+    env = dict(os.environ)
+    if db is not None:
+        env["ASSISTD_DB"] = str(db)
+    return subprocess.run(
+        [sys.executable, "-m", "assistd", *map(str, args)], capture_output=True, text=True,
+        input=input, env=env, cwd=cwd, timeout=300,
+    )
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "proj", {
+        "users.py": COPY_HEAVY + "        rows = [line.rstrip(\"\\n\").split(\",\") for line in f]\n",
+        "README.md": "# proj\n",
+        ".gitignore": "*.secret\n",
+        "token.secret": "sk-not-for-history\n",
+    })
+
+
+def test_complete_json_then_second_run_served_from_history(repo, tmp_path):
+    db = tmp_path / "h.db"
+    f = repo / "users.py"
+    first = assistd("complete", "--file", f, "--line", 15, "--column", 1, "--json", db=db)
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert isinstance(out["completion"], str) and out["completion"]
+    assert out["tokens"] == out["ledger"]["committed_tokens"] > 0
+    assert out["target"]["backend"] == "llama"
+    assert out["target"]["model"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert out["target"]["n_ctx"] == 2048
+    assert out["history"]["scope"] == str(repo.resolve())
+    assert out["history"]["documents"] == 3  # users.py, README.md, .gitignore; not token.secret
+    assert out["history"]["tokens"] > 100
+    led = out["ledger"]
+    for key in ("draft_tokens", "accepted_tokens", "rounds", "plain_steps", "acceptance_rate",
+                "mean_acceptance_length", "coverage", "draft_ms", "verify_ms", "total_ms",
+                "tokens_per_s"):
+        assert key in led
+    assert led["accepted_tokens"] <= led["draft_tokens"]
+    assert out["tokens"] == led["accepted_tokens"] + led["rounds"] + led["plain_steps"]
+    assert led["rounds"] > 0 and led["mean_acceptance_length"] > 1
+    assert led["acceptance_rate"] == pytest.approx(led["accepted_tokens"] / led["draft_tokens"])
+    assert led["coverage"] == pytest.approx(led["rounds"] / (led["rounds"] + led["plain_steps"]))
+    assert out["index"]["tokenized"] == 3
+
+    second = json.loads(assistd("complete", "--file", f, "--line", 15, "--json", db=db).stdout)
+    assert second["index"]["tokenized"] == 0 and second["index"]["unchanged"] == 3
+    assert second["history"] == out["history"]
+
+
+def test_plain_mode_prints_completion_and_one_ledger_line(repo, tmp_path):
+    r = assistd("complete", "--file", repo / "users.py", "--line", 15, "--max-tokens", 8,
+                db=tmp_path / "h.db")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "acceptance_rate=" in lines[0] and "coverage=" in lines[0]
+
+
+def test_no_speculation_is_plain_decoding_with_null_ratios(repo, tmp_path):
+    r = assistd("complete", "--file", repo / "users.py", "--no-speculation", "--max-tokens", 8,
+                "--json", db=tmp_path / "h.db")
+    led = json.loads(r.stdout)["ledger"]
+    assert led["rounds"] == 0 and led["plain_steps"] == 8
+    assert led["acceptance_rate"] is None and led["mean_acceptance_length"] is None
+    assert led["coverage"] == 0.0
+
+
+def test_stdin_prompt(tmp_path):
+    r = assistd("complete", "--file", "-", "--max-tokens", 5, "--json", input="def fib(n):\n",
+                db=tmp_path / "h.db", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tokens"] == 5
+
+
+def test_index_command_reports_counts(repo, tmp_path):
+    (repo / "logo.png").write_bytes(b"\x89PNG\0\0binary")
+    r = assistd("index", repo, "--json", db=tmp_path / "h.db")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["documents"] == 3 and rep["skipped_binary"] == 1 and rep["tokenized"] == 3
+    again = json.loads(assistd("index", repo, "--json", db=tmp_path / "h.db").stdout)
+    assert again["tokenized"] == 0
+
+
+def one_line_error(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_missing_model_is_one_line_exit_2(repo, tmp_path):
+    missing = tmp_path / "nope.gguf"
+    r = assistd("complete", "--file", repo / "users.py", "--model", missing, db=tmp_path / "h.db")
+    one_line_error(r, "model file not found", str(missing), "--model")
+
+
+def test_non_gguf_and_truncated_model_are_one_line_exit_2(repo, tmp_path):
+    from assistd.session import default_model_path
+
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all")
+    one_line_error(assistd("complete", "--file", repo / "users.py", "--model", junk),
+                   "not a GGUF model file", str(junk))
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(default_model_path().read_bytes()[: 2_000_000])
+    one_line_error(assistd("complete", "--file", repo / "users.py", "--model", cut),
+                   "failed to load model", str(cut))
+
+
+def test_unreadable_inputs_and_positions_are_one_line_exit_2(repo, tmp_path):
+    f = repo / "users.py"
+    one_line_error(assistd("complete", "--file", tmp_path / "missing.py"), "file not found")
+    one_line_error(assistd("complete", "--file", repo), "not a file")
+    one_line_error(assistd("complete", "--file", f, "--line", 999), "line 999 is past the end")
+    one_line_error(assistd("complete", "--file", f, "--line", 1, "--column", 500),
+                   "column 500 is past the end of line 1")
+    binary = repo / "blob.bin"
+    binary.write_bytes(b"\0\1\2")
+    one_line_error(assistd("complete", "--file", binary), "looks binary")
+
+
+def test_every_command_has_help_with_an_example():
+    from click.testing import CliRunner
+
+    from assistd.cli import cli
+
+    runner = CliRunner()
+    for name in [None, *cli.commands]:
+        args = ([name] if name else []) + ["--help"]
+        res = runner.invoke(cli, args)
+        assert res.exit_code == 0
+        assert "Example" in res.output, f"`assistd {name or ''} --help` lacks an example"
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci/run").read_text()
+    start = readme.index("<!-- test-command -->")
+    block = readme[start:].split("```", 2)[1]
+    command = block.strip().splitlines()[-1].strip()
+    assert command in ci, f"README's test command {command!r} is not in .ci/run"

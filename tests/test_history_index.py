@@ -1,0 +1,167 @@
+"""`assistd index`: incremental tokenization of a repository into a real SQLite file.
+
+Uses a tokenizer double (UTF-8 bytes as ids) so these tests exercise the store and
+the walker alone; the real-model path is covered in test_cli.py.
+"""
+
+import os
+
+import pytest
+
+from storage.indexer import index_repository
+from storage.migrations import MIGRATIONS, migrate
+from storage.store import HistoryStore, decode_tokens
+from tests.conftest import make_repo
+
+FP = "bytes-v1"
+
+
+def byte_tokens(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def run(store, root, **kw):
+    return index_repository(store, root, byte_tokens, FP, **kw)
+
+
+def paths(store, root):
+    return set(store.documents(str(root.resolve())))
+
+
+def test_index_twice_retokenizes_nothing_then_exactly_one(store, tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "x = 1\n", "b.md": "# b\n", "src/c.js": "let c;\n"})
+    first = run(store, root)
+    assert (first.tokenized, first.documents) == (3, 3)
+    second = run(store, root)
+    assert (second.tokenized, second.unchanged, second.tokens) == (0, 3, 0)
+    (root / "src/c.js").write_text("let c = 2;\n")
+    third = run(store, root)
+    assert (third.tokenized, third.unchanged) == (1, 2)
+    arrays = {p: ids for _, p, ids in store.token_arrays(str(root.resolve()), FP)}
+    assert bytes(arrays["src/c.js"].tolist()) == b"let c = 2;\n"
+
+
+def test_touched_but_identical_file_is_not_retokenized(store, tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "x = 1\n"})
+    run(store, root)
+    st = (root / "a.py").stat()
+    os.utime(root / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    report = run(store, root)
+    assert (report.tokenized, report.unchanged) == (0, 1)
+
+
+def test_gitignored_files_never_enter_history(store, tmp_path):
+    root = make_repo(tmp_path / "r", {
+        ".gitignore": "*.log\nsecret/\n",
+        "app.py": "print(1)\n",
+        "debug.log": "noise\n",
+        "secret/key.txt": "hunter2\n",
+        "pkg/.gitignore": "generated.py\n!keep.log\n",
+        "pkg/generated.py": "x\n",
+        "pkg/keep.log": "kept\n",
+        "pkg/mod.py": "y\n",
+        "node_modules/dep/index.js": "z\n",
+    })
+    (root / ".git" / "info").mkdir()
+    (root / ".git" / "info" / "exclude").write_text("local.txt\n")
+    (root / "local.txt").write_text("mine\n")
+    run(store, root)
+    assert paths(store, root) == {".gitignore", "app.py", "pkg/.gitignore", "pkg/keep.log", "pkg/mod.py"}
+
+
+def test_binary_large_and_non_utf8_files(store, tmp_path):
+    root = make_repo(tmp_path / "r", {
+        "img.png": b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR",
+        "big.txt": "a" * 5000,
+        "latin1.txt": "caf\xe9\n".encode("latin-1"),
+        "ok.txt": "fine\n",
+    })
+    report = run(store, root, max_bytes=4096)
+    assert report.skipped_binary == 1
+    assert report.skipped_large == 1
+    assert report.decoded_with_replacement == 1
+    assert paths(store, root) == {"latin1.txt", "ok.txt"}
+    again = run(store, root, max_bytes=4096)
+    assert again.skipped_binary == 1 and again.tokenized == 0
+
+
+def test_deleted_file_is_forgotten_with_its_tokens(store, tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "a\n", "b.py": "b\n"})
+    run(store, root)
+    (root / "b.py").unlink()
+    report = run(store, root)
+    assert report.removed == 1
+    assert paths(store, root) == {"a.py"}
+    n = store.db.execute("select count(*) from tokenizations").fetchone()[0]
+    assert n == 1
+
+
+def test_other_tokenizer_gets_its_own_tokenization(store, tmp_path):
+    """A different fingerprint never reads foreign ids: it tokenizes the stored text anew."""
+    root = make_repo(tmp_path / "r", {"a.py": "ab\n"})
+    run(store, root)
+    report = index_repository(store, root, lambda t: [ord(c) + 1000 for c in t], "other-v1")
+    assert report.tokenized == 1
+    mine = store.token_arrays(str(root.resolve()), FP)[0][2].tolist()
+    theirs = store.token_arrays(str(root.resolve()), "other-v1")[0][2].tolist()
+    assert mine == [97, 98, 10] and theirs == [1097, 1098, 1010]
+
+
+def test_symlink_loop_and_vanished_target_do_not_stop_indexing(store, tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "a\n"})
+    os.symlink(root, root / "loop")
+    os.symlink(root / "missing.py", root / "dangling.py")
+    report = run(store, root)
+    assert paths(store, root) == {"a.py"}
+    assert report.documents == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files regardless of permissions")
+def test_unreadable_file_is_counted(store, tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "a\n", "locked.py": "b\n"})
+    (root / "locked.py").chmod(0)
+    report = run(store, root)
+    assert report.skipped_unreadable == 1
+
+
+def test_token_blob_is_compact_uint32(store, tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "abc"})
+    run(store, root)
+    blob, n = store.db.execute("select token_ids, num_tokens from tokenizations").fetchone()
+    assert len(blob) == 4 * n == 12
+    assert decode_tokens(blob).tolist() == [97, 98, 99]
+
+
+def test_schema_from_blank_and_rerun_is_idempotent(tmp_path):
+    """Migrations build the documented columns; re-running them changes nothing."""
+    s = HistoryStore(tmp_path / "h.db")
+    cols = {t: [c.name for c in s.db[t].columns] for t in ("scopes", "documents", "tokenizations")}
+    assert cols["documents"] == [
+        "id", "scope", "path", "source_kind", "language_id", "content_hash", "num_bytes",
+        "mtime_ns", "text", "decoded_with_replacement", "created_utc", "updated_utc",
+    ]
+    assert cols["tokenizations"] == [
+        "document_id", "tokenizer_fingerprint", "content_hash", "token_ids", "num_tokens",
+        "created_utc",
+    ]
+    assert migrate(s.db) == []
+    for _, fn in MIGRATIONS:  # a crash after a migration ran but before it was recorded
+        fn(s.db)
+    assert s.db.execute("pragma journal_mode").fetchone()[0] == "wal"
+    s.close()
+
+
+def test_corrupt_database_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    from assistd.errors import HistoryError
+
+    with pytest.raises(HistoryError, match="cannot open history database"):
+        HistoryStore(bad)
+
+
+def test_language_ids_are_recorded(store, tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "a", "b.ts": "b", "Makefile": "all:", "c.xyz": "c"})
+    run(store, root)
+    got = {d.path: d.language_id for d in store.documents(str(root.resolve())).values()}
+    assert got == {"a.py": "python", "b.ts": "typescript", "Makefile": "makefile", "c.xyz": "plaintext"}
