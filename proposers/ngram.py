@@ -14,6 +14,7 @@ no per-token Python loop runs on the decode path.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -165,6 +166,8 @@ class NgramProposer(Proposer):
 
     min_n / max_n: shortest / longest context suffix to match, in tokens.
     policy: which occurrence to follow among the longest matches.
+    alpha: if set, cap the draft at ``ceil(alpha * match_len)`` tokens, so a short
+        match (weak evidence) gives a short draft (after SuffixDecoding's α·m cap).
     The longer match wins across the two sources; on a tie the live context
     wins under ``"recent"`` and the history under ``"earliest"``.
     """
@@ -172,7 +175,7 @@ class NgramProposer(Proposer):
     name = "ngram"
 
     def __init__(self, history: HistoryIndex | None = None, *, min_n: int = 3,
-                 max_n: int = 16, policy: Policy = "recent"):
+                 max_n: int = 16, policy: Policy = "recent", alpha: float | None = None):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
         if policy not in ("recent", "earliest"):
@@ -180,7 +183,7 @@ class NgramProposer(Proposer):
         if history is not None and history.key_n > min_n:
             raise ValueError(f"history index keys {history.key_n} tokens; min_n {min_n} is shorter")
         self.history = history
-        self.min_n, self.max_n, self.policy = min_n, max_n, policy
+        self.min_n, self.max_n, self.policy, self.alpha = min_n, max_n, policy, alpha
 
     def propose(self, context: np.ndarray, k: int) -> Draft | None:
         if k < 1:
@@ -200,6 +203,8 @@ class NgramProposer(Proposer):
             source, length = "context", c_len
         else:
             return None
+        if self.alpha is not None:
+            tokens = tokens[: max(1, math.ceil(self.alpha * length))]
         if len(tokens) == 0:
             return None
         return Draft(tokens=tokens.copy(), probs=None, source=source, match_len=length)
