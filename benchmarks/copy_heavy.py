@@ -6,6 +6,8 @@ prompt-lookup decoding (the in-stack peer, BRIEF §5), in one run.
 Every variant is greedy on the same Target (the embedded SmolLM2-135M Q4_1) and the
 same prompts. Reported: end-to-end ms (prefill + decode, median over repeats) and
 our decode-only tokens/s, each with its ratio to plain decoding in the same run.
+"vs plain" is "=" when the tokens equal plain greedy's, else "@i", the first
+differing token (a batched-numerics near-tie, BRIEF §3; the tests check the gap).
 """
 
 from __future__ import annotations
@@ -31,14 +33,26 @@ from tests.test_engine import COPY_HEAVY  # noqa: E402
 
 
 def prompts() -> dict[str, str]:
-    """Copy-heavy prompts: the completion mostly repeats text seen earlier."""
-    engine = (ROOT / "assistd/engine.py").read_text()
-    cut = engine.index("    ledger.total_ms")
+    """Copy-heavy prompts: the Target's own output mostly repeats text in its context."""
+    ledger = (ROOT / "assistd/ledger.py").read_text()
+    body = ledger[ledger.index("@dataclass"): ledger.index("    def record_plain_step")]
     return {
+        # A file that repeats a block: the third copy is to be completed.
         "repeated-functions": COPY_HEAVY,
-        # Re-typing a file the history already holds (an editor re-saving, an agent re-emitting).
-        "retype-engine.py": engine[:cut],
+        # An agent asked to re-emit code it was shown (ChatML, as SmolLM2-Instruct expects).
+        "re-emit-code": (
+            "<|im_start|>user\nHere is a Python class:\n```python\n" + body
+            + "```\nRepeat it exactly, with no changes.<|im_end|>\n"
+            "<|im_start|>assistant\n```python\n"
+        ),
     }
+
+
+def first_divergence(a, b) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"@{i}"
+    return "=" if len(a) == len(b) else "prefix"
 
 
 def run_ours(target, ids, proposer, k, max_tokens):
@@ -63,15 +77,14 @@ def main():
 
     model = default_model_path()
     target = LlamaTarget(model, n_ctx=2048)
-    engine_doc = np.array(target.tokenize((ROOT / "assistd/engine.py").read_text()))
-    history = HistoryIndex([("assistd/engine.py", engine_doc)], key_n=2)
-    variants = {
-        "plain": (None, 0),
-        "ngram k=4 (context)": (NgramProposer(), 4),
-        "ngram k=8 (context)": (NgramProposer(), 8),
-        "ngram k=8 (context+history)": (NgramProposer(history), 8),
-        "ngram k=16 (context+history)": (NgramProposer(history), 16),
-    }
+    # The history: this repository's Python files, as `assistd complete` would index them.
+    docs = [(str(p.relative_to(ROOT)), np.array(target.tokenize(p.read_text())))
+            for p in sorted(ROOT.glob("*/*.py"))]
+    history = HistoryIndex(docs, key_n=2)
+    variants = {"plain": (None, 0)}
+    for k in (2, 4, 8):
+        variants[f"ngram k={k}"] = (NgramProposer(history), k)
+    variants["ngram k=8 alpha=0.5"] = (NgramProposer(history, alpha=0.5), 8)
     peer = peer_plain = None
     if not args.no_peer:
         import llama_cpp
@@ -83,13 +96,13 @@ def main():
         peer = llama_cpp.Llama(**common, logits_all=True,
                                draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10))
 
-    console = Console()
+    console = Console(width=140)
     for name, text in prompts().items():
-        ids = target.tokenize(text)
+        ids = target._llm.tokenize(text.encode(), add_bos=False, special=True)
         table = Table(title=f"{name}: {len(ids)} prompt tokens, {args.max_tokens} new tokens, "
                             f"median of {args.repeats}")
         for col in ("variant", "end-to-end ms", "x plain", "decode tok/s", "x plain",
-                    "acceptance", "mean acc. len", "coverage", "same tokens"):
+                    "acceptance", "mean acc. len", "coverage", "vs plain"):
             table.add_column(col, justify="right")
         results = {}
         for vname, (prop, k) in variants.items():
@@ -106,7 +119,7 @@ def main():
             table.add_row(vname, f"{ms:.0f}", f"{base_ms / ms:.2f}", f"{tps:.1f}",
                           f"{tps / base_tps:.2f}", f(led.acceptance_rate),
                           f(led.mean_acceptance_length), f(led.coverage),
-                          "yes" if runs[0][2] == base_tokens else "near-tie")
+                          first_divergence(base_tokens, runs[0][2]))
         if peer is not None:
             for pname, llm in (("llama-cpp-python plain", peer_plain),
                                ("llama-cpp-python PromptLookup(10)", peer)):

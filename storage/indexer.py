@@ -41,6 +41,10 @@ class IndexReport:
         return asdict(self)
 
 
+def is_repository(path: Path) -> bool:
+    return (path / ".git").exists()
+
+
 def find_repository_root(path: Path) -> Path:
     """The nearest ancestor of ``path`` (a file or directory) holding ``.git``; else its directory."""
     path = path.resolve()
@@ -63,11 +67,15 @@ def index_repository(
     fingerprint: str,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    recursive: bool = True,
 ) -> IndexReport:
     """Bring the history of the repository at ``root`` up to date for one tokenizer.
 
     ``tokenize`` maps text to Target token ids; ``fingerprint`` identifies that
     tokenizer (see ``Target.fingerprint``). The scope is the resolved root path.
+    ``recursive=False`` indexes only the files directly in ``root`` (used when a
+    file outside any git repository is completed, so that completing ``~/notes.txt``
+    does not index the whole home directory).
     """
     root = root.resolve()
     scope = str(root)
@@ -76,7 +84,7 @@ def index_repository(
     tokenized = store.tokenized_ids(scope, fingerprint)
     seen: set[str] = set()
 
-    for rel, full in iter_files(root):
+    for rel, full in iter_files(root, recursive):
         try:
             st = full.stat()
         except OSError:

@@ -67,8 +67,11 @@ class IgnoreRules:
         return result
 
 
-def iter_files(root: Path) -> Iterator[tuple[str, Path]]:
-    """Yield ``(relative POSIX path, absolute path)`` for every non-ignored regular file."""
+def iter_files(root: Path, recursive: bool = True) -> Iterator[tuple[str, Path]]:
+    """Yield ``(relative POSIX path, absolute path)`` for every non-ignored regular file.
+
+    With ``recursive=False`` only the files directly in ``root`` are yielded.
+    """
     rules = IgnoreRules(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
@@ -80,7 +83,7 @@ def iter_files(root: Path) -> Iterator[tuple[str, Path]]:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if not os.path.islink(os.path.join(dirpath, name)) and not rules.ignored(rel, True):
                 keep.append(name)
-        dirnames[:] = keep
+        dirnames[:] = keep if recursive else []
         for name in sorted(filenames):
             rel = f"{rel_dir}/{name}" if rel_dir else name
             full = Path(dirpath) / name

@@ -165,3 +165,13 @@ def test_language_ids_are_recorded(store, tmp_path):
     run(store, root)
     got = {d.path: d.language_id for d in store.documents(str(root.resolve())).values()}
     assert got == {"a.py": "python", "b.ts": "typescript", "Makefile": "makefile", "c.xyz": "plaintext"}
+
+
+def test_non_recursive_scope_indexes_only_the_top_directory(store, tmp_path):
+    """Outside a git repository `complete` indexes only the file's own directory."""
+    root = tmp_path / "loose"
+    (root / "deep").mkdir(parents=True)
+    (root / "notes.txt").write_text("n\n")
+    (root / "deep" / "other.txt").write_text("o\n")
+    run(store, root, recursive=False)
+    assert paths(store, root) == {"notes.txt"}
