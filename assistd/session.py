@@ -168,7 +168,10 @@ def complete_at(
         raise InputError("empty prompt and the model has no BOS token to start from")
     prop = None
     if proposer != "none" and k > 0:
-        prop = make_proposer(proposer, history=hist_index)
+        # alpha=0.5: a match of m tokens drafts at most ceil(m/2). On this CPU verifying
+        # k tokens costs ~k/2 plain steps, so long drafts on weak matches lose time
+        # (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.61-0.84x plain).
+        prop = make_proposer(proposer, history=hist_index, alpha=0.5)
     gen = generate(target, ids, prop, max_tokens=max_tokens, k=k)
     return Completion(generation=gen, target=target, history=history, index=report,
                       proposer=proposer if prop else "none", k=k if prop else 0)

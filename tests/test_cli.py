@@ -162,3 +162,16 @@ def test_readme_test_command_is_what_ci_runs():
     block = readme[start:].split("```", 2)[1]
     command = block.strip().splitlines()[-1].strip()
     assert command in ci, f"README's test command {command!r} is not in .ci/run"
+
+
+def test_readme_documents_every_cli_option():
+    """README's CLI section drifts from --help: fail when an option is missing there."""
+    from assistd.cli import cli
+
+    readme = (REPO / "README.md").read_text()
+    for name, cmd in cli.commands.items():
+        assert f"assistd {name}" in readme
+        for param in cmd.params:
+            for opt in param.opts:
+                if opt.startswith("--") and opt != "--help":
+                    assert opt in readme, f"README lacks `assistd {name} {opt}`"
