@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -20,6 +21,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except AssistdError as e:
             click.echo(f"error: {e}", err=True)
+            ctx.exit(2)
+        except sqlite3.OperationalError as e:  # e.g. locked past the 30 s busy timeout
+            click.echo(f"error: history database: {e}; retry, or pass --db FILE", err=True)
             ctx.exit(2)
 
 
@@ -70,11 +74,11 @@ def index(path, db, model, max_bytes, as_json):
     from assistd.session import open_store, open_target
     from storage.indexer import find_repository_root, index_repository
 
-    target = open_target(model, n_ctx=512)
     store = open_store(db)
+    target = open_target(model, n_ctx=512)
     root = find_repository_root(path)
     report = index_repository(store, root, target.tokenize, target.fingerprint,
-                              max_bytes=max_bytes)
+                              max_bytes=max_bytes, recursive=True)
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     else:
@@ -96,7 +100,8 @@ def index(path, db, model, max_bytes, as_json):
               help="1-based column of the cursor, in characters. [default: end of line]")
 @click.option("--repo", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="Repository whose history drafts. [default: the file's git root]")
-@click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True,
+              help="Stop after this many new tokens.")
 @click.option("--proposer", type=click.Choice(["ngram", "none"]), default="ngram",
               show_default=True, help="Draft source; 'none' is plain decoding.")
 @click.option("--no-speculation", is_flag=True, help="Plain decoding (same as --proposer none).")

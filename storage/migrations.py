@@ -6,7 +6,8 @@ name is repaired by running it again.
 
 Schema (version ``m001``):
 
-``scopes``          root (pk, absolute path of a repository), indexed_utc (s since epoch)
+``scopes``          root (pk, absolute path of a repository), indexed_utc (s since epoch),
+                    recursive (0/1: subdirectories indexed too)
 ``documents``       id, scope, path (relative to scope, POSIX), source_kind
                     (repo|transcript|buffer|generated), language_id (LSP id),
                     content_hash (sha256 hex of the raw bytes), num_bytes, mtime_ns,
@@ -23,6 +24,8 @@ from collections.abc import Callable
 
 import sqlite_utils
 
+from assistd.errors import HistoryError
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = []
 
 
@@ -33,7 +36,8 @@ def migration(fn):
 
 @migration
 def m001_documents(db: sqlite_utils.Database) -> None:
-    db["scopes"].create({"root": str, "indexed_utc": float}, pk="root", if_not_exists=True)
+    db["scopes"].create({"root": str, "indexed_utc": float, "recursive": int}, pk="root",
+                        if_not_exists=True)
     db["documents"].create(
         {
             "id": int,
@@ -72,11 +76,27 @@ def m001_documents(db: sqlite_utils.Database) -> None:
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:
-    """Apply every migration not yet recorded; return the names applied now."""
+    """Apply every migration not yet recorded; return the names applied now.
+
+    Raises :class:`HistoryError` for a database that another program owns (tables
+    but no migration record) or that a newer assistd wrote (unknown migrations).
+    """
+    tables = set(db.table_names())
+    if tables and "_assistd_migrations" not in tables:
+        raise HistoryError(
+            f"{db.conn.execute('pragma database_list').fetchone()[2]} is not an assistd "
+            "history database (it has other tables); pass --db FILE with a new or assistd file"
+        )
     db["_assistd_migrations"].create(
         {"name": str, "applied_utc": float}, pk="name", if_not_exists=True
     )
     done = {row["name"] for row in db["_assistd_migrations"].rows}
+    unknown = done - {name for name, _ in MIGRATIONS}
+    if unknown:
+        raise HistoryError(
+            f"the history database was written by a newer assistd (migrations "
+            f"{', '.join(sorted(unknown))}); upgrade assistd or pass --db FILE"
+        )
     applied = []
     for name, fn in MIGRATIONS:
         if name in done:

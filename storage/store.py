@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,14 +66,18 @@ class HistoryStore:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), timeout=30)
+            # Autocommit mode: write transactions are explicit (see _write), so a
+            # read-then-write is never split between two concurrent writers.
+            conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
             self.db = sqlite_utils.Database(conn)
             self.db.execute("PRAGMA busy_timeout = 30000")
             self.db.enable_wal()
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA foreign_keys = ON")
-            migrate(self.db)
-        except (sqlite3.DatabaseError, OSError) as e:
+            migrate(self.db)  # idempotent steps: safe when two processes open at once
+        except HistoryError:
+            raise
+        except (sqlite3.DatabaseError, OSError, sqlite_utils.db.AlterError) as e:
             raise HistoryError(
                 f"cannot open history database {self.path}: {e}; "
                 "pass --db FILE or set ASSISTD_DB to a writable path"
@@ -80,6 +85,19 @@ class HistoryStore:
 
     def close(self) -> None:
         self.db.conn.close()
+
+    @contextmanager
+    def _write(self):
+        """One write transaction. BEGIN IMMEDIATE takes the write lock up front, so
+        concurrent writers (two `assistd index` runs) queue instead of racing."""
+        c = self.db.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
 
     # -- reads -------------------------------------------------------------
 
@@ -148,8 +166,7 @@ class HistoryStore:
         """Insert or replace a document and its tokenization atomically; return its id."""
         now = time.time()
         blob = encode_tokens(token_ids)
-        with self.db.conn:  # one transaction: text and tokens change together
-            c = self.db.conn
+        with self._write() as c:  # one transaction: text and tokens change together
             row = c.execute(
                 "select id from documents where scope = ? and source_kind = ? and path = ?",
                 [scope, source_kind, path],
@@ -175,8 +192,8 @@ class HistoryStore:
                 # Tokenizations of the old text, for any tokenizer, are stale now.
                 c.execute("delete from tokenizations where document_id = ?", [doc_id])
             c.execute(
-                "insert into tokenizations (document_id, tokenizer_fingerprint, content_hash,"
-                " token_ids, num_tokens, created_utc) values (?,?,?,?,?,?)",
+                "insert or replace into tokenizations (document_id, tokenizer_fingerprint,"
+                " content_hash, token_ids, num_tokens, created_utc) values (?,?,?,?,?,?)",
                 [doc_id, fingerprint, content_hash, blob, len(blob) // 4, now],
             )
         return doc_id
@@ -184,8 +201,8 @@ class HistoryStore:
     def add_tokenization(self, doc_id: int, fingerprint: str, content_hash: str, token_ids) -> None:
         """Store the tokenization of an unchanged document for another tokenizer."""
         blob = encode_tokens(token_ids)
-        with self.db.conn:
-            self.db.conn.execute(
+        with self._write() as c:
+            c.execute(
                 "insert or replace into tokenizations (document_id, tokenizer_fingerprint,"
                 " content_hash, token_ids, num_tokens, created_utc) values (?,?,?,?,?,?)",
                 [doc_id, fingerprint, content_hash, blob, len(blob) // 4, time.time()],
@@ -196,23 +213,26 @@ class HistoryStore:
 
     def touch(self, doc_id: int, mtime_ns: int) -> None:
         """Record a new mtime for a document whose content did not change."""
-        with self.db.conn:
-            self.db.conn.execute(
-                "update documents set mtime_ns = ? where id = ?", [mtime_ns, doc_id]
-            )
+        with self._write() as c:
+            c.execute("update documents set mtime_ns = ? where id = ?", [mtime_ns, doc_id])
 
     def remove_documents(self, doc_ids: list[int]) -> None:
         """Forget documents and all their tokenizations, atomically."""
         if not doc_ids:
             return
-        with self.db.conn:
+        with self._write() as c:
             for doc_id in doc_ids:
-                self.db.conn.execute("delete from tokenizations where document_id = ?", [doc_id])
-                self.db.conn.execute("delete from documents where id = ?", [doc_id])
+                c.execute("delete from tokenizations where document_id = ?", [doc_id])
+                c.execute("delete from documents where id = ?", [doc_id])
 
-    def mark_indexed(self, scope: str) -> None:
-        with self.db.conn:
-            self.db.conn.execute(
-                "insert or replace into scopes (root, indexed_utc) values (?, ?)",
-                [scope, time.time()],
+    def mark_indexed(self, scope: str, recursive: bool) -> None:
+        with self._write() as c:
+            c.execute(
+                "insert or replace into scopes (root, indexed_utc, recursive) values (?, ?, ?)",
+                [scope, time.time(), int(recursive)],
             )
+
+    def scope_recursive(self, scope: str) -> bool:
+        """Whether the scope was last indexed with its subdirectories."""
+        row = self.db.execute("select recursive from scopes where root = ?", [scope]).fetchone()
+        return bool(row and row[0])

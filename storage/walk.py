@@ -11,6 +11,7 @@ re-included. Symbolic links are not followed (git stores them as links).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,6 +88,11 @@ def iter_files(root: Path, recursive: bool = True) -> Iterator[tuple[str, Path]]
         for name in sorted(filenames):
             rel = f"{rel_dir}/{name}" if rel_dir else name
             full = Path(dirpath) / name
-            if full.is_symlink() or rules.ignored(rel, False):
+            try:
+                mode = full.lstat().st_mode
+            except OSError:  # vanished since the directory was listed
+                continue
+            # Regular files only: no symlinks, and never a FIFO or device (a read would block).
+            if not stat.S_ISREG(mode) or rules.ignored(rel, False):
                 continue
             yield rel, full

@@ -175,3 +175,48 @@ def test_readme_documents_every_cli_option():
             for opt in param.opts:
                 if opt.startswith("--") and opt != "--help":
                     assert opt in readme, f"README lacks `assistd {name} {opt}`"
+
+
+def test_small_n_ctx_with_long_prompt(repo, tmp_path):
+    """--n-ctx below llama.cpp's padding (64 -> 256) and a long file: runs, no abort."""
+    long_file = repo / "long.py"
+    long_file.write_text(COPY_HEAVY * 20)
+    r = assistd("complete", "--file", long_file, "--n-ctx", 64, "--max-tokens", 16, "--json",
+                db=tmp_path / "h.db")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["tokens"] == 16
+    assert out["target"]["n_ctx"] == 256
+    assert out["ledger"]["prompt_tokens"] + 16 < 256
+
+
+def test_index_then_complete_outside_git_keep_the_subtree(tmp_path):
+    """`index DIR` takes subdirectories; a later `complete` there must not forget them."""
+    loose = tmp_path / "loose"
+    (loose / "sub").mkdir(parents=True)
+    (loose / "sub" / "x.py").write_text("def x():\n    return 1\n")
+    (loose / "top.py").write_text("def top():\n    return 2\n")
+    db = tmp_path / "h.db"
+    first = json.loads(assistd("index", loose, "--json", db=db).stdout)
+    assert first["documents"] == 2
+    r = assistd("complete", "--file", loose / "top.py", "--max-tokens", 4, "--json", db=db)
+    out = json.loads(r.stdout)
+    assert out["index"]["removed"] == 0 and out["history"]["documents"] == 2
+
+
+def test_stdin_outside_git_uses_no_history(tmp_path):
+    (tmp_path / ".secrets").write_text("API_KEY=sk-123\n")
+    r = assistd("complete", "--file", "-", "--max-tokens", 3, "--json", input="x = 1\n",
+                db=tmp_path / "h.db", cwd=tmp_path)
+    out = json.loads(r.stdout)
+    assert out["history"]["scope"] is None and out["index"] is None
+
+
+def test_foreign_database_is_one_line_exit_2(repo, tmp_path):
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as c:
+        c.execute("create table documents (title text)")
+    one_line_error(assistd("complete", "--file", repo / "users.py", "--db", other),
+                   "not an assistd history database")

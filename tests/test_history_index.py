@@ -5,6 +5,7 @@ the walker alone; the real-model path is covered in test_cli.py.
 """
 
 import os
+import sqlite3
 
 import pytest
 
@@ -175,3 +176,81 @@ def test_non_recursive_scope_indexes_only_the_top_directory(store, tmp_path):
     (root / "deep" / "other.txt").write_text("o\n")
     run(store, root, recursive=False)
     assert paths(store, root) == {"notes.txt"}
+
+
+def test_non_utf8_file_name_is_skipped_and_counted(store, tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "a\n"})
+    with open(os.path.join(os.fsencode(root), b"bad\xffname.py"), "wb") as f:
+        f.write(b"x = 1\n")
+    report = run(store, root)
+    assert paths(store, root) == {"a.py"}
+    assert report.skipped_unreadable == 1
+
+
+def test_fifo_is_skipped_not_read(store, tmp_path):
+    """A named pipe would block a read forever: only regular files are indexed."""
+    root = make_repo(tmp_path / "r", {"a.py": "a\n"})
+    os.mkfifo(root / "pipe.py")
+    run(store, root)
+    assert paths(store, root) == {"a.py"}
+
+
+def test_concurrent_indexers_on_one_database(tmp_path):
+    """Writers queue on BEGIN IMMEDIATE: no UNIQUE-constraint race, one row per file."""
+    import threading
+
+    root = make_repo(tmp_path / "r", {f"m{i}.py": f"x = {i}\n" * 20 for i in range(300)})
+    db = tmp_path / "h.db"
+    HistoryStore(db).close()
+    errors = []
+
+    def worker():
+        s = HistoryStore(db)
+        try:
+            run(s, root)
+        except Exception as e:  # noqa: BLE001 - the assertion below reports it
+            errors.append(e)
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    s = HistoryStore(db)
+    assert s.db.execute("select count(*) from documents").fetchone()[0] == 300
+    assert s.db.execute("select count(*) from tokenizations").fetchone()[0] == 300
+    s.close()
+
+
+def test_foreign_and_newer_databases_are_refused(tmp_path):
+    from assistd.errors import HistoryError
+
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("create table documents (title text)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(HistoryError, match="not an assistd history database"):
+        HistoryStore(other)
+
+    newer = tmp_path / "newer.db"
+    HistoryStore(newer).close()
+    conn = sqlite3.connect(newer)
+    conn.execute("insert into _assistd_migrations values ('m999_future', 0)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(HistoryError, match="newer assistd"):
+        HistoryStore(newer)
+
+
+def test_scope_remembers_recursive_indexing(store, tmp_path):
+    root = tmp_path / "loose"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "x.py").write_text("x\n")
+    run(store, root, recursive=True)
+    assert store.scope_recursive(str(root.resolve()))
+    run(store, root, recursive=False)
+    assert not store.scope_recursive(str(root.resolve()))

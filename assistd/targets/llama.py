@@ -66,6 +66,11 @@ class LlamaTarget(Target):
                 logits_all=False, verbose=False,
             )
         except Exception as e:  # llama-cpp-python raises ValueError/RuntimeError/OSError
+            if "llama_context" in str(e):
+                raise ModelError(
+                    f"cannot create a context of n_ctx={n_ctx} tokens for {path}: {e}; "
+                    "pass a smaller --n-ctx"
+                ) from None
             raise ModelError(
                 f"failed to load model {path}: {e}; check that the file is a complete GGUF "
                 "model (re-download or re-install it), or pass --model PATH"
@@ -73,7 +78,9 @@ class LlamaTarget(Target):
         self.model_path = str(path)
         self.n_ctx = self._llm.n_ctx()
         self.n_vocab = self._llm.n_vocab()
-        self.n_batch = n_batch
+        # llama-cpp-python caps n_batch at the n_ctx asked for, while llama.cpp pads
+        # n_ctx up (64 -> 256): chunk by the capped value, or llama_decode aborts.
+        self.n_batch = self._llm.n_batch
         self.n_past = 0
         self._ctx = self._llm.ctx
         self._mem = llama_cpp.llama_get_memory(self._ctx)
@@ -86,7 +93,7 @@ class LlamaTarget(Target):
         bos = self._llm.token_bos()
         self.bos_token_id = bos if bos >= 0 else None
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._closed = False
 
     # -- Target -------------------------------------------------------------
