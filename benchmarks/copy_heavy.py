@@ -104,10 +104,17 @@ def main():
         for col in ("variant", "end-to-end ms", "x plain", "decode tok/s", "x plain",
                     "acceptance", "mean acc. len", "coverage", "vs plain"):
             table.add_column(col, justify="right")
-        results = {}
-        for vname, (prop, k) in variants.items():
-            runs = [run_ours(target, ids, prop, k, args.max_tokens) for _ in range(args.repeats)]
-            results[vname] = runs
+        # Warm up once, then interleave the variants in every repeat, so that drift
+        # in the machine's speed (other load, frequency) hits all of them alike.
+        run_ours(target, ids, None, 0, 16)
+        results = {vname: [] for vname in variants}
+        peer_runs = {"llama-cpp-python plain": [], "llama-cpp-python PromptLookup(10)": []}
+        for _ in range(args.repeats):
+            for vname, (prop, k) in variants.items():
+                results[vname].append(run_ours(target, ids, prop, k, args.max_tokens))
+            if peer is not None:
+                peer_runs["llama-cpp-python plain"].append(run_peer(peer_plain, text, args.max_tokens))
+                peer_runs["llama-cpp-python PromptLookup(10)"].append(run_peer(peer, text, args.max_tokens))
         base_ms = statistics.median(r[0] for r in results["plain"])
         base_tps = statistics.median(r[1] for r in results["plain"])
         base_tokens = results["plain"][0][2]
@@ -121,9 +128,7 @@ def main():
                           f(led.mean_acceptance_length), f(led.coverage),
                           first_divergence(base_tokens, runs[0][2]))
         if peer is not None:
-            for pname, llm in (("llama-cpp-python plain", peer_plain),
-                               ("llama-cpp-python PromptLookup(10)", peer)):
-                runs = [run_peer(llm, text, args.max_tokens) for _ in range(args.repeats)]
+            for pname, runs in peer_runs.items():
                 ms = statistics.median(r[0] for r in runs)
                 table.add_row(pname, f"{ms:.0f}", f"{base_ms / ms:.2f}", "-", "-", "-", "-",
                               "-", "-")
