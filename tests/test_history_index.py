@@ -225,23 +225,24 @@ def test_concurrent_indexers_on_one_database(tmp_path):
     s.close()
 
 
+def execute_sql(path, statement):
+    conn = sqlite3.connect(path)
+    conn.execute(statement)
+    conn.commit()
+    conn.close()
+
+
 def test_foreign_and_newer_databases_are_refused(tmp_path):
     from assistd.errors import HistoryError
 
     other = tmp_path / "other.db"
-    conn = sqlite3.connect(other)
-    conn.execute("create table documents (title text)")
-    conn.commit()
-    conn.close()
+    execute_sql(other, "create table documents (title text)")
     with pytest.raises(HistoryError, match="not an assistd history database"):
         HistoryStore(other)
 
     newer = tmp_path / "newer.db"
     HistoryStore(newer).close()
-    conn = sqlite3.connect(newer)
-    conn.execute("insert into _assistd_migrations values ('m999_future', 0)")
-    conn.commit()
-    conn.close()
+    execute_sql(newer, "insert into _assistd_migrations values ('m999_future', 0)")
     with pytest.raises(HistoryError, match="newer assistd"):
         HistoryStore(newer)
 
