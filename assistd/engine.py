@@ -1,22 +1,25 @@
 """The speculative decoding loop: history -> proposer -> Target -> verification -> ledger.
 
-Greedy speculative decoding after Leviathan et al. 2023 / Chen et al. 2023, laid
-out as llama.cpp's ``examples/speculative-simple``: the KV cache holds every
-committed token but the last; a step evaluates ``[last] + draft`` in one Target
-call and reads the argmax of every row. A step without a draft evaluates
-``[last]`` alone, so plain decoding (``proposer=None``) runs through the same code.
+Speculative decoding after Leviathan et al. 2023 / Chen et al. 2023, laid out as
+llama.cpp's ``examples/speculative-simple``: the KV cache holds every committed
+token but the last; a round evaluates ``[last] + draft`` in one Target call and
+verifies every row, greedily (argmax) or by speculative sampling. A step without a
+draft evaluates ``[last]`` alone, so plain decoding (``proposer=None``) runs through
+the same code and the same logits processing.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from assistd.ledger import Ledger
+from assistd.sampling import GREEDY, SamplingParams, target_distribution
 from assistd.targets.base import Target
-from assistd.verify import greedy_accept, top2_gap
+from assistd.verify import greedy_accept, sample_accept, sample_accept_with_q, top2_gap
 from proposers.base import Proposer
 
 
@@ -24,9 +27,11 @@ from proposers.base import Proposer
 class Generation:
     """Result of :func:`generate`.
 
-    tokens: committed token ids after the prompt (a final EOS included).
-    text: the completion text (EOS excluded).
-    stop_reason: ``"eos"``, ``"max_tokens"`` or ``"n_ctx"`` (context window full).
+    tokens: committed token ids after the prompt (a final EOS included; with a stop
+        string, up to the token that completed it).
+    text: the completion text (EOS and the stop string excluded).
+    stop_reason: ``"eos"``, ``"stop"`` (a stop string), ``"max_tokens"`` or ``"n_ctx"``
+        (context window full).
     top2_gaps: with ``trace=True``, the Target's top-2 logit gap at each committed
         token's position, aligned with ``tokens``; else empty.
     """
@@ -38,6 +43,24 @@ class Generation:
     top2_gaps: list[float] = field(default_factory=list)
 
 
+class _StopStrings:
+    """Finds the first stop string in the text committed so far, scanning only new text."""
+
+    def __init__(self, target: Target, prompt: list[int], stops: Sequence[str]):
+        self.target, self.prompt = target, prompt
+        self.stops = [s for s in stops if s]
+        self.longest = max((len(s) for s in self.stops), default=0)
+        self.scanned = 0  # characters of text already known to hold no stop string
+
+    def check(self, out: list[int]) -> str | None:
+        """The text cut before the earliest stop string, or None if none occurs yet."""
+        text = self.target.detokenize(out, prev=self.prompt)
+        start = max(0, self.scanned - self.longest + 1)
+        hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+        self.scanned = len(text)
+        return text[: min(hits)] if hits else None
+
+
 def generate(
     target: Target,
     prompt: list[int],
@@ -45,26 +68,42 @@ def generate(
     *,
     max_tokens: int = 64,
     k: int = 8,
+    sampling: SamplingParams = GREEDY,
+    stop: Sequence[str] = (),
+    reuse_prefix: bool = True,
     trace: bool = False,
 ) -> Generation:
-    """Greedy decoding of up to ``max_tokens`` tokens after ``prompt`` (token ids, non-empty).
+    """Decode up to ``max_tokens`` tokens after ``prompt`` (token ids, non-empty).
 
     ``k`` is the draft-length ceiling per round (0 = plain decoding). Drafts are cut
     so that no round runs past ``max_tokens`` or the context window
-    (position + k + 1 <= n_ctx). EOS and max_tokens are checked on every committed
-    token, inside an accepted block too. Raises ValueError on an empty prompt or a
+    (position + k + 1 <= n_ctx). EOS, stop strings and max_tokens are checked on
+    every committed token, inside an accepted block too. ``sampling`` is greedy by
+    default; otherwise verification is speculative sampling, lossless in
+    distribution. With ``reuse_prefix`` the Target's KV cache from the previous
+    call is kept up to the longest common prefix with this prompt, and only the
+    rest is evaluated (counted in the ledger as ``prompt_tokens_reused`` /
+    ``prompt_tokens_evaluated``). Raises ValueError on an empty prompt or a
     prompt that does not fit the context window.
     """
     if not prompt:
         raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
     if len(prompt) >= target.n_ctx:
         raise ValueError(f"prompt of {len(prompt)} tokens does not fit n_ctx={target.n_ctx}")
+    prompt = [int(t) for t in prompt]
     ledger = Ledger(prompt_tokens=len(prompt))
     eos = target.eos_token_ids
+    stops = _StopStrings(target, prompt, stop) if any(stop) else None
+    rng = sampling.rng()
     t_start = time.perf_counter()
 
-    target.truncate(0)
-    target.evaluate(prompt[:-1], [])  # prefill: no logits needed (BRIEF §5)
+    # Prefill all but the last prompt token, without logits (BRIEF §5).
+    reused = target.reuse_prefix(prompt[:-1]) if reuse_prefix else 0
+    if not reuse_prefix:
+        target.truncate(0)
+    target.evaluate(prompt[reused:-1], [])
+    ledger.prompt_tokens_reused = reused
+    ledger.prompt_tokens_evaluated = len(prompt) - 1 - reused
     ledger.prefill_ms = (time.perf_counter() - t_start) * 1000
 
     # Context buffer for the proposer: a view of it is passed each step, no copies.
@@ -73,14 +112,15 @@ def generate(
     n = len(prompt)  # committed tokens; the KV cache holds n - 1 of them
     out: list[int] = []
     gaps: list[float] = []
-    stop = None
-    while stop is None:
+    text = None
+    stop_reason = None
+    while stop_reason is None:
         room = target.n_ctx - n  # batch positions n-1 .. n-1+k must be < n_ctx
         if room < 0:
-            stop = "n_ctx"
+            stop_reason = "n_ctx"
             break
         k_cap = min(k, max_tokens - len(out) - 1, room)
-        draft = None
+        draft = d = None
         if proposer is not None and k_cap >= 1:
             t0 = time.perf_counter()
             d = proposer.propose(ctx[:n], k_cap)
@@ -92,13 +132,17 @@ def generate(
         t0 = time.perf_counter()
         batch = [int(ctx[n - 1])] + ([] if draft is None else draft.tolist())
         logits = target.evaluate(batch, range(len(batch)))  # [1 + num_draft, n_vocab]
-        argmax = logits.argmax(axis=1)
-        j = greedy_accept(draft, argmax) if num_draft else 0
+        if sampling.greedy:
+            argmax = logits.argmax(axis=1)
+            j = greedy_accept(draft, argmax) if num_draft else 0
+            last = int(argmax[j])
+        else:
+            j, last = _sample_round(logits, draft, d, ctx, n, sampling, rng)
         # Keep KV for the tokens before the last committed one: roll back the rest.
         target.truncate(n + j)
         ledger.verify_ms += (time.perf_counter() - t0) * 1000
 
-        new = ([] if draft is None else draft[:j].tolist()) + [int(argmax[j])]
+        new = ([] if draft is None else draft[:j].tolist()) + [last]
         committed = 0
         for i, tok in enumerate(new):
             ctx[n] = tok
@@ -108,10 +152,13 @@ def generate(
             if trace:
                 gaps.append(top2_gap(logits[i]))
             if tok in eos:
-                stop = "eos"
+                stop_reason = "eos"
+                break
+            if stops is not None and (text := stops.check(out)) is not None:
+                stop_reason = "stop"
                 break
             if len(out) >= max_tokens:
-                stop = "max_tokens"
+                stop_reason = "max_tokens"
                 break
         if num_draft:
             # A stop inside an accepted block: the last committed token plays the
@@ -121,6 +168,24 @@ def generate(
             ledger.record_plain_step()
 
     ledger.total_ms = (time.perf_counter() - t_start) * 1000
-    text_ids = out[:-1] if stop == "eos" else out
-    text = target.detokenize(text_ids, prev=prompt)
-    return Generation(tokens=out, text=text, stop_reason=stop, ledger=ledger, top2_gaps=gaps)
+    if text is None:
+        text = target.detokenize(out[:-1] if stop_reason == "eos" else out, prev=prompt)
+    return Generation(tokens=out, text=text, stop_reason=stop_reason, ledger=ledger,
+                      top2_gaps=gaps)
+
+
+def _sample_round(logits, draft, d, ctx, n, sampling, rng) -> tuple[int, int]:
+    """Speculative sampling over one round's logits rows -> ``(accepted, next token)``."""
+    window = sampling.penalty_last_n if sampling.repetition_penalty != 1.0 else 0
+    recent = ctx[max(0, n - window) : n] if window else ()
+
+    def dist(i: int):
+        # Penalty state: committed tokens plus the draft tokens accepted before row i.
+        seen = np.concatenate([recent, draft[:i]])[-window:] if window and i else recent
+        return target_distribution(logits[i], sampling, seen)
+
+    if draft is None:
+        return 0, dist(0).sample(rng)
+    if d.q_rows is not None:
+        return sample_accept_with_q(draft, d.q_rows[: len(draft)], dist, rng)
+    return sample_accept(draft, dist, rng)

@@ -31,6 +31,11 @@ class Ledger:
     plain_steps: int = 0  # P
     committed_tokens: int = 0  # C + R + P, counted independently as a check
     prompt_tokens: int = 0
+    # Prefix KV reuse across requests (a prefix cache hit, not draft acceptance):
+    # prompt tokens whose KV was kept from the previous request vs evaluated now.
+    # The last prompt token is evaluated by the first decode step, in neither count.
+    prompt_tokens_reused: int = 0
+    prompt_tokens_evaluated: int = 0
     # accepted_per_position[i]: rounds whose draft position i+1 was accepted;
     # reached_per_position[i]: rounds that proposed a token at position i+1.
     accepted_per_position: list[int] = field(default_factory=list)
@@ -88,6 +93,8 @@ class Ledger:
             "plain_steps": self.plain_steps,
             "committed_tokens": self.committed_tokens,
             "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_reused": self.prompt_tokens_reused,
+            "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
             "acceptance_rate": self.acceptance_rate,
             "mean_acceptance_length": self.mean_acceptance_length,
             "coverage": self.coverage,
@@ -112,6 +119,7 @@ class Ledger:
             f" mean_acceptance_length={f(self.mean_acceptance_length, '.2f')}"
             f" coverage={f(self.coverage, '.2f')} draft_ms={self.draft_ms:.1f}"
             f" verify_ms={self.verify_ms:.1f} prefill_ms={self.prefill_ms:.1f}"
+            f" prompt_reused={self.prompt_tokens_reused}/{self.prompt_tokens}"
             f" tokens_per_s={f(self.tokens_per_s, '.1f')}"
         )
 

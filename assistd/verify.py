@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
+
+from assistd.sampling import TokenDistribution
 
 
 def greedy_accept(draft: np.ndarray, target_argmax: np.ndarray) -> int:
@@ -27,3 +31,47 @@ def top2_gap(logits: np.ndarray) -> float:
     """Difference between the largest and second-largest logit of a row ``[n_vocab]``."""
     top = np.partition(logits, -2)[-2:]
     return float(top[1] - top[0])
+
+
+def sample_accept(draft: Sequence[int], dist: Callable[[int], TokenDistribution],
+                  rng: np.random.Generator) -> tuple[int, int]:
+    """Speculative sampling for a model-free draft (a point mass q = δ_d), BRIEF §3.
+
+    ``dist(i)`` is the Target's distribution p at draft position i (i = k: the bonus
+    position), called lazily, in order, only for positions reached. At each position
+    draw y ~ p: if y == d_i accept and go on, else commit y and stop; if all k are
+    accepted commit a bonus draw from p at k. This accepts d_i with probability
+    p(d_i) and otherwise samples p with d_i removed and renormalised, so every
+    committed token is distributed exactly as in plain sampling (Leviathan et al.
+    2023, Thm. 1 with q = δ_d). Returns ``(j, token)``: commit ``draft[:j]`` then ``token``.
+    """
+    for i, d in enumerate(draft):
+        y = dist(i).sample(rng)
+        if y != int(d):
+            return i, y
+    return len(draft), dist(len(draft)).sample(rng)
+
+
+def sample_accept_with_q(draft: Sequence[int], q_rows: np.ndarray,
+                         dist: Callable[[int], TokenDistribution],
+                         rng: np.random.Generator) -> tuple[int, int]:
+    """Speculative sampling for a draft model with real probabilities (Leviathan et al. 2023).
+
+    ``q_rows``: float ``[k, n_vocab]``, the draft model's distribution at each draft
+    position (each row sums to 1 and ``q_rows[i, draft[i]] > 0``). Accept d_i with
+    probability min(1, p(d_i) / q(d_i)); on rejection commit a draw from
+    normalise(max(0, p − q)) and stop; if all k are accepted commit a bonus draw
+    from p at k. Returns ``(j, token)`` as :func:`sample_accept`.
+    """
+    n_vocab = q_rows.shape[1]
+    for i, d in enumerate(draft):
+        d = int(d)
+        p = dist(i)
+        if rng.random() * q_rows[i, d] < p.prob(d):  # u < p/q without dividing
+            continue
+        residual = np.maximum(p.dense(n_vocab) - q_rows[i], 0.0)
+        ids = np.flatnonzero(residual)
+        if not len(ids):  # p == q up to rounding: the residual is p itself
+            return i, p.sample(rng)
+        return i, TokenDistribution(ids, residual[ids] / residual[ids].sum()).sample(rng)
+    return len(draft), dist(len(draft)).sample(rng)

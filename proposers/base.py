@@ -17,12 +17,15 @@ class Draft:
                proposer has no estimate. Never used as q in sampling (BRIEF §3).
     source:    where the continuation came from: ``"context"`` or ``"history:<path>"``.
     match_len: tokens of context suffix that matched at the source (0 if not a lookup).
+    q_rows:    float ``[k, n_vocab]``, a draft model's full distribution at each
+               position, or None for model-free drafts (then q = δ_d in sampling).
     """
 
     tokens: np.ndarray
     probs: np.ndarray | None
     source: str
     match_len: int
+    q_rows: np.ndarray | None = None
 
 
 class Proposer:

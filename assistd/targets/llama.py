@@ -9,7 +9,7 @@ is rolled back exactly with ``llama_memory_seq_rm``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,7 @@ class LlamaTarget(Target):
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, n_threads: int | None = None,
                  n_gpu_layers: int = 0, n_batch: int = 512):
+        super().__init__()
         path = Path(model_path).expanduser()
         check_model_file(path)
         try:
@@ -81,7 +82,11 @@ class LlamaTarget(Target):
         # llama-cpp-python caps n_batch at the n_ctx asked for, while llama.cpp pads
         # n_ctx up (64 -> 256): chunk by the capped value, or llama_decode aborts.
         self.n_batch = self._llm.n_batch
-        self.n_past = 0
+        self.n_threads = threads
+        offload = n_gpu_layers != 0 and bool(llama_cpp.llama_supports_gpu_offload())
+        n_layer = llama_cpp.llama_model_n_layer(self._llm.model)
+        self.n_gpu_layers = (n_layer if n_gpu_layers < 0 else min(n_gpu_layers, n_layer)) if offload else 0
+        self.device = f"gpu ({self.n_gpu_layers}/{n_layer} layers)" if self.n_gpu_layers else "cpu"
         self._ctx = self._llm.ctx
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
@@ -98,13 +103,8 @@ class LlamaTarget(Target):
 
     # -- Target -------------------------------------------------------------
 
-    def evaluate(self, tokens: Sequence[int], logits_rows: Iterable[int]) -> np.ndarray:
-        rows = list(logits_rows)
+    def _evaluate(self, tokens: list[int], rows: list[int], n_past: int) -> np.ndarray:
         out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
-        if self.n_past + len(tokens) > self.n_ctx:
-            raise RuntimeError(
-                f"evaluating {len(tokens)} tokens at position {self.n_past} exceeds n_ctx={self.n_ctx}"
-            )
         want = set(rows)
         lib, b = self._lib, self._batch
         for start in range(0, len(tokens), self.n_batch):
@@ -112,25 +112,23 @@ class LlamaTarget(Target):
             b.n_tokens = len(chunk)
             for i, tok in enumerate(chunk):
                 b.token[i] = tok
-                b.pos[i] = self.n_past + i
+                b.pos[i] = n_past + i
                 b.n_seq_id[i] = 1
                 b.seq_id[i][0] = 0
                 b.logits[i] = (start + i) in want
             rc = lib.llama_decode(self._ctx, b)
             if rc != 0:
-                raise RuntimeError(f"llama_decode failed with code {rc} at position {self.n_past}")
+                raise RuntimeError(f"llama_decode failed with code {rc} at position {n_past}")
             for r_out, r in enumerate(rows):
                 if start <= r < start + len(chunk):
                     ptr = lib.llama_get_logits_ith(self._ctx, r - start)
                     out[r_out] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-            self.n_past += len(chunk)
+            n_past += len(chunk)
         return out
 
-    def truncate(self, n: int) -> None:
-        if n < self.n_past:
-            if not self._lib.llama_memory_seq_rm(self._mem, 0, n, -1):
-                raise RuntimeError(f"KV cache rollback to {n} failed")
-        self.n_past = min(n, self.n_past)
+    def _truncate(self, n: int) -> None:
+        if not self._lib.llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise RuntimeError(f"KV cache rollback to {n} failed")
 
     def tokenize(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
