@@ -44,8 +44,13 @@ _db_option = click.option(
     help="History database file. [env: ASSISTD_DB; default: the user data dir]",
 )
 _model_option = click.option(
-    "--model", type=click.Path(dir_okay=False, path_type=Path), default=None,
-    help="GGUF file of the Target. [default: the embedded SmolLM2-135M-Instruct Q4_1]",
+    "--model", type=click.Path(path_type=Path), default=None,
+    help="GGUF file of the Target, or (torch backend) a Hugging Face model directory."
+         " [default: the embedded SmolLM2-135M-Instruct Q4_1]",
+)
+_backend_option = click.option(
+    "--backend", type=click.Choice(["llama", "torch"]), default="llama", show_default=True,
+    help="Target backend: llama.cpp, or torch through transformers (pip install 'assistd[torch]').",
 )
 _n_ctx_option = click.option(
     "--n-ctx", type=click.IntRange(64), default=2048, show_default=True,
@@ -57,10 +62,11 @@ _n_ctx_option = click.option(
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".")
 @_db_option
 @_model_option
+@_backend_option
 @click.option("--max-bytes", type=click.IntRange(1), default=1_000_000, show_default=True,
               help="Skip files larger than this.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def index(path, db, model, max_bytes, as_json):
+def index(path, db, model, backend, max_bytes, as_json):
     """Tokenize a repository's text files into the history.
 
     Respects .gitignore (nested too), .git/info/exclude and .assistdignore; skips
@@ -75,7 +81,7 @@ def index(path, db, model, max_bytes, as_json):
     from storage.indexer import find_repository_root, index_repository
 
     store = open_store(db)
-    target = open_target(model, n_ctx=512)
+    target = open_target(model, backend=backend, n_ctx=512)  # for its tokenizer
     root = find_repository_root(path)
     report = index_repository(store, root, target.tokenize, target.fingerprint,
                               max_bytes=max_bytes, recursive=True)
@@ -109,12 +115,35 @@ def index(path, db, model, max_bytes, as_json):
               help="Draft length ceiling per round, in tokens.")
 @click.option("--max-prompt-tokens", type=click.IntRange(1), default=1024, show_default=True,
               help="Keep at most this many tokens before the cursor.")
+@click.option("--temperature", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Sampling temperature; 0 is greedy decoding.")
+@click.option("--top-k", type=click.IntRange(0), default=0, show_default=True,
+              help="Sample among the k most likely tokens (0 = off).")
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0,
+              show_default=True, help="Nucleus sampling mass (1 = off).")
+@click.option("--repeat-penalty", type=click.FloatRange(0, min_open=True), default=1.0,
+              show_default=True,
+              help="Repetition penalty over the last 64 committed tokens (1 = off).")
+@click.option("--seed", type=int, default=None, help="Random seed for sampling. [default: random]")
+@click.option("--stop", multiple=True,
+              help="Stop string, excluded from the output; repeat the option for several.")
 @_n_ctx_option
 @_model_option
+@_backend_option
+@click.option("--device", default="auto", show_default=True,
+              help="torch backend: auto, cpu, cuda, cuda:N or mps.")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+              default="auto", show_default=True,
+              help="torch backend: weight dtype (auto: float32 on CPU, 16-bit on a GPU).")
+@click.option("--n-gpu-layers", type=click.IntRange(-1), default=-1, show_default=True,
+              help="llama backend: layers to offload to the GPU (-1 = all; ignored by CPU builds).")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="CPU threads for the Target. [default: all usable cores]")
 @_db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def complete(file_, line, column, repo, max_tokens, proposer, no_speculation, k,
-             max_prompt_tokens, n_ctx, model, db, as_json):
+             max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
+             n_ctx, model, backend, device, dtype, n_gpu_layers, threads, db, as_json):
     """Complete the text before a cursor with the Target, drafting from the history.
 
     Indexes the repository first (incrementally), so the second run is served
@@ -125,7 +154,10 @@ def complete(file_, line, column, repo, max_tokens, proposer, no_speculation, k,
     Examples:
         assistd complete --file assistd/engine.py --line 40 --column 1
         echo 'def fib(n):' | assistd complete --file - --json
+        assistd complete --file app.py --temperature 0.7 --top-p 0.9 --seed 1 --stop $'\\n\\n'
+        assistd complete --file app.py --backend torch --device cpu
     """
+    from assistd.sampling import SamplingParams
     from assistd.session import complete_at, ledger_line, read_prompt
 
     text, prompt_text, default_repo = read_prompt(file_, line, column)
@@ -134,7 +166,11 @@ def complete(file_, line, column, repo, max_tokens, proposer, no_speculation, k,
     result = complete_at(
         prompt_text, repo=repo or default_repo, proposer=proposer, k=k,
         max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
-        model=model, db=db,
+        model=model, db=db, stop=stop,
+        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
+                                repetition_penalty=repeat_penalty, seed=seed),
+        target_options={"backend": backend, "device": device, "dtype": dtype,
+                        "n_gpu_layers": n_gpu_layers, "n_threads": threads},
     )
     if as_json:
         click.echo(json.dumps(result.as_dict()))

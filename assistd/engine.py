@@ -143,6 +143,8 @@ def generate(
         ledger.verify_ms += (time.perf_counter() - t0) * 1000
 
         new = ([] if draft is None else draft[:j].tolist()) + [last]
+        if not out:
+            ledger.first_token_ms = (time.perf_counter() - t_start) * 1000
         committed = 0
         for i, tok in enumerate(new):
             ctx[n] = tok

@@ -41,6 +41,7 @@ class Ledger:
     accepted_per_position: list[int] = field(default_factory=list)
     reached_per_position: list[int] = field(default_factory=list)
     prefill_ms: float = 0.0
+    first_token_ms: float = 0.0  # time to first token: prefill + the first decode step
     draft_ms: float = 0.0
     verify_ms: float = 0.0  # Target forward passes of rounds and plain steps
     total_ms: float = 0.0  # prefill + decode, wall clock
@@ -101,6 +102,7 @@ class Ledger:
             "accepted_per_position": list(self.accepted_per_position),
             "reached_per_position": list(self.reached_per_position),
             "prefill_ms": round(self.prefill_ms, 3),
+            "first_token_ms": round(self.first_token_ms, 3),
             "draft_ms": round(self.draft_ms, 3),
             "verify_ms": round(self.verify_ms, 3),
             "total_ms": round(self.total_ms, 3),

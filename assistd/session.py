@@ -13,7 +13,8 @@ from pathlib import Path
 
 from assistd.engine import Generation, generate
 from assistd.errors import InputError, ModelError
-from assistd.targets.llama import LlamaTarget
+from assistd.sampling import GREEDY, SamplingParams
+from assistd.targets.base import Target
 from storage.indexer import (
     IndexReport,
     find_repository_root,
@@ -40,8 +41,29 @@ def default_model_path() -> Path:
         ) from None
 
 
-def open_target(model: Path | None, *, n_ctx: int = 2048) -> LlamaTarget:
-    return LlamaTarget(model if model is not None else default_model_path(), n_ctx=n_ctx)
+BACKENDS = ("llama", "torch")
+
+
+def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048,
+                n_threads: int | None = None, n_gpu_layers: int = -1,
+                device: str = "auto", dtype: str = "auto") -> Target:
+    """Load the Target: ``model`` (a GGUF file, or for torch also a Hugging Face model
+    directory; None = the embedded default) on ``backend`` ("llama" or "torch").
+
+    llama: ``n_gpu_layers`` (-1 = all when the llama-cpp-python build can offload,
+    ignored on a CPU build). torch: ``device`` ("auto", "cpu", "cuda[:N]", "mps") and
+    ``dtype`` ("auto", "float32", "bfloat16", "float16"). Raises :class:`ModelError`.
+    """
+    path = model if model is not None else default_model_path()
+    if backend == "llama":
+        from assistd.targets.llama import LlamaTarget
+
+        return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+    if backend == "torch":
+        from assistd.targets.hf import TorchTarget
+
+        return TorchTarget(path, n_ctx=n_ctx, device=device, dtype=dtype, n_threads=n_threads)
+    raise ModelError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
 
 
 def open_store(db: Path | None) -> HistoryStore:
@@ -116,11 +138,12 @@ class Completion:
     """What ``complete`` returns: the generation plus where it came from."""
 
     generation: Generation
-    target: LlamaTarget
+    target: Target
     history: dict
     index: IndexReport | None
     proposer: str
     k: int
+    sampling: SamplingParams = GREEDY
 
     def as_dict(self) -> dict:
         g = self.generation
@@ -129,7 +152,8 @@ class Completion:
             "tokens": len(g.tokens),
             "stop_reason": g.stop_reason,
             "target": {"backend": self.target.backend, "model": self.target.model_path,
-                       "n_ctx": self.target.n_ctx},
+                       "n_ctx": self.target.n_ctx, "device": self.target.device},
+            "sampling": self.sampling.as_dict(),
             "proposer": self.proposer,
             "k": self.k,
             "history": self.history,
@@ -149,13 +173,20 @@ def complete_at(
     n_ctx: int = 2048,
     model: Path | None = None,
     db: Path | None = None,
-    target: LlamaTarget | None = None,
+    target: Target | None = None,
     store: HistoryStore | None = None,
+    sampling: SamplingParams = GREEDY,
+    stop: tuple[str, ...] = (),
+    target_options: dict | None = None,
 ) -> Completion:
-    """Complete ``prompt_text`` with greedy speculative decoding, drafting from ``repo``'s history.
+    """Complete ``prompt_text`` with speculative decoding, drafting from ``repo``'s history.
 
     The repository is indexed incrementally first. ``proposer="none"`` (or k=0) is
-    plain decoding through the same loop. Pass ``target``/``store`` to reuse open ones.
+    plain decoding through the same loop. ``sampling`` is greedy by default;
+    ``stop`` strings end the completion (excluded from it). Pass ``target``/``store``
+    to reuse open ones: a kept Target also keeps its KV cache, so a second request
+    on the same prefix evaluates only the new tokens. ``target_options`` go to
+    :func:`open_target`.
     """
     from proposers import make_proposer
     from proposers.ngram import HistoryIndex
@@ -165,7 +196,7 @@ def complete_at(
     use_history = proposer != "none" and k > 0 and repo is not None
     if use_history:
         store = store or open_store(db)  # before the model: a bad --db fails fast
-    target = target or open_target(model, n_ctx=n_ctx)
+    target = target or open_target(model, n_ctx=n_ctx, **(target_options or {}))
     report = None
     history = {"scope": None, "documents": 0, "tokens": 0}
     hist_index = None
@@ -194,9 +225,10 @@ def complete_at(
         # k tokens costs ~k/2 plain steps, so long drafts on weak matches lose time
         # (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.61-0.84x plain).
         prop = make_proposer(proposer, history=hist_index, alpha=0.5)
-    gen = generate(target, ids, prop, max_tokens=max_tokens, k=k)
+    gen = generate(target, ids, prop, max_tokens=max_tokens, k=k, sampling=sampling, stop=stop)
     return Completion(generation=gen, target=target, history=history, index=report,
-                      proposer=proposer if prop else "none", k=k if prop else 0)
+                      proposer=proposer if prop else "none", k=k if prop else 0,
+                      sampling=sampling)
 
 
 def ledger_line(c: Completion) -> str:

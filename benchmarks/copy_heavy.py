@@ -32,11 +32,29 @@ from proposers.ngram import HistoryIndex, NgramProposer  # noqa: E402
 from tests.test_engine import COPY_HEAVY  # noqa: E402
 
 
+def chat(user: str, assistant: str) -> str:
+    """SmolLM2-Instruct's ChatML template."""
+    return (f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{assistant}")
+
+
 def prompts() -> dict[str, str]:
-    """Copy-heavy prompts: the Target's own output mostly repeats text in its context."""
+    """Copy-heavy prompts (the Target's output mostly repeats text in its context) and one
+    novel prompt (nothing to copy: speculation must cost next to nothing there)."""
     ledger = (ROOT / "assistd/ledger.py").read_text()
     body = ledger[ledger.index("@dataclass"): ledger.index("    def record_plain_step")]
+    walk = (ROOT / "storage/walk.py").read_text()
+    base = (ROOT / "proposers/base.py").read_text()
     return {
+        # An agent that just read a file and writes it back with one small change.
+        "agent-rewrite": chat(
+            "Here is storage/walk.py:\n```python\n" + walk + "```\nRename the variable `spec`"
+            " to `gitignore_spec` and reply with the whole updated file.",
+            "```python\n"),
+        # A file re-typed below itself (an editor buffer holding two copies while editing).
+        "retype-file": base + "\n\n# --- copy being edited ---\n" + base[: base.index("class Draft")],
+        # Nothing to copy: prose.
+        "novel-prose": chat("Write a short story about a lighthouse keeper who finds a"
+                            " message in a bottle.", ""),
         # A file that repeats a block: the third copy is to be completed.
         "repeated-functions": COPY_HEAVY,
         # An agent asked to re-emit code it was shown (ChatML, as SmolLM2-Instruct expects).

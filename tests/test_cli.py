@@ -220,3 +220,33 @@ def test_foreign_database_is_one_line_exit_2(repo, tmp_path):
         c.execute("create table documents (title text)")
     one_line_error(assistd("complete", "--file", repo / "users.py", "--db", other),
                    "not an assistd history database")
+
+
+def test_complete_sampling_is_seeded_and_stop_string_is_excluded(repo, tmp_path):
+    db = tmp_path / "h.db"
+    f = repo / "users.py"
+    args = ("complete", "--file", f, "--line", 15, "--column", 1, "--max-tokens", 24,
+            "--temperature", 0.8, "--top-k", 20, "--top-p", 0.95, "--seed", 7, "--json")
+    a, b = assistd(*args, db=db), assistd(*args, db=db)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    ja, jb = json.loads(a.stdout), json.loads(b.stdout)
+    assert ja["completion"] == jb["completion"]
+    assert ja["sampling"] == {"temperature": 0.8, "top_k": 20, "top_p": 0.95,
+                              "repetition_penalty": 1.0, "seed": 7}
+    greedy = json.loads(assistd("complete", "--file", f, "--line", 15, "--column", 1,
+                                "--max-tokens", 24, "--json", db=db).stdout)
+    assert greedy["sampling"] == {"temperature": 0.0}
+    text = greedy["completion"]
+    stop = text.strip().split()[1]  # a word the greedy completion will produce
+    cut = assistd("complete", "--file", f, "--line", 15, "--column", 1, "--max-tokens", 24,
+                  "--stop", stop, "--json", db=db)
+    jc = json.loads(cut.stdout)
+    assert jc["stop_reason"] == "stop"
+    assert jc["completion"] == text[: text.index(stop)]
+
+
+@pytest.mark.parametrize("bad", [("--top-p", "0"), ("--temperature", "-1"), ("--backend", "tf")])
+def test_complete_rejects_bad_sampling_and_backend_options(repo, bad):
+    r = assistd("complete", "--file", repo / "users.py", *bad)
+    assert r.returncode == 2
+    assert bad[0] in r.stderr and "Traceback" not in r.stderr
