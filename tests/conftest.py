@@ -9,6 +9,16 @@ from assistd.targets.llama import LlamaTarget
 from storage.store import HistoryStore
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_cache_dir(tmp_path_factory):
+    """One converted-weights cache for the whole run (subprocesses too), never the user's."""
+    mp = pytest.MonkeyPatch()
+    path = tmp_path_factory.mktemp("assistd-cache")
+    mp.setenv("ASSISTD_CACHE_DIR", str(path))
+    yield path
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def target():
     """The embedded SmolLM2-135M-Instruct Q4_1 on llama.cpp (real model, loaded once)."""

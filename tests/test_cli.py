@@ -250,3 +250,19 @@ def test_complete_rejects_bad_sampling_and_backend_options(repo, bad):
     r = assistd("complete", "--file", repo / "users.py", *bad)
     assert r.returncode == 2
     assert bad[0] in r.stderr and "Traceback" not in r.stderr
+
+
+def test_complete_on_the_torch_backend_shares_the_history(repo, tmp_path):
+    """--backend torch: same tokenizer fingerprint, so the llama-built history drafts for it."""
+    pytest.importorskip("torch", reason="the torch backend needs assistd[torch]")
+    db = tmp_path / "h.db"
+    f = repo / "users.py"
+    assert assistd("index", repo, db=db).returncode == 0  # built with the llama tokenizer
+    r = assistd("complete", "--file", f, "--line", 15, "--column", 1,
+                "--backend", "torch", "--device", "cpu", "--json", db=db)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["target"]["backend"] == "torch" and out["target"]["device"] == "cpu"
+    assert out["index"]["unchanged"] == 3 and out["index"]["tokenized"] == 0
+    assert out["history"]["tokens"] > 100
+    assert out["ledger"]["rounds"] > 0 and out["completion"]

@@ -298,3 +298,14 @@ def test_failed_evaluate_leaves_the_cache_as_it_was(target):
     with pytest.raises(ValueError, match="exceeds n_ctx"):
         target.evaluate([5] * target.n_ctx, [0])
     assert target.kv_tokens == ids and target.n_past == len(ids)
+
+
+def test_detokenize_keeps_pieces_longer_than_32_bytes(target):
+    """Regression: llama-cpp-python's detokenize drops pieces over 32 bytes (deep indentation)."""
+    text = "x = [\n" + " " * 32 + "1]\n" + "#" + "-" * 70 + "\n"
+    ids = target.tokenize(text)
+    assert max(len(target.detokenize([i])) for i in ids) > 32  # a long piece is really in there
+    assert target.detokenize(ids) == text
+    for path in (REPO / "assistd/ledger.py", REPO / "assistd/session.py"):
+        src = path.read_text()
+        assert target.detokenize(target.tokenize(src)) == src

@@ -20,9 +20,10 @@ def tokenizer_fingerprint(pieces: Iterable[bytes]) -> str:
     """sha256 over the token->id map: ``pieces[i]`` is the byte string of token id i.
 
     Two tokenizers share a fingerprint only if every id maps to the same piece,
-    so token ids stored for one model are never read by another. Backends must
-    feed the raw bytes of each piece (llama.cpp's vocab text), so that the llama
-    and torch backends of one GGUF share a fingerprint and a history.
+    so token ids stored for one model are never read by another. Backends feed
+    the UTF-8 of each token as the vocabulary spells it (llama.cpp's
+    ``llama_vocab_get_text``: ``"Ġdef"``, not ``b" def"``), so that the llama and
+    torch backends of one GGUF share a fingerprint and a history.
     """
     h = hashlib.sha256()
     for i, piece in enumerate(pieces):

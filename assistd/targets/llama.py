@@ -8,6 +8,7 @@ is rolled back exactly with ``llama_memory_seq_rm``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,7 +90,8 @@ class LlamaTarget(Target):
         self.device = f"gpu ({self.n_gpu_layers}/{n_layer} layers)" if self.n_gpu_layers else "cpu"
         self._ctx = self._llm.ctx
         self._mem = llama_cpp.llama_get_memory(self._ctx)
-        vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
+        self._vocab = vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
+        self._pieces: dict[int, bytes] = {}
         pieces = [llama_cpp.llama_vocab_get_text(vocab, i) or b"" for i in range(self.n_vocab)]
         self.fingerprint = tokenizer_fingerprint(pieces)
         self.eos_token_ids = frozenset(
@@ -134,8 +136,32 @@ class LlamaTarget(Target):
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
 
     def detokenize(self, ids: Sequence[int], prev: Sequence[int] | None = None) -> str:
-        data = self._llm.detokenize(list(ids), prev_tokens=list(prev) if prev else None)
+        """Concatenated piece bytes (control tokens render as nothing), decoded as UTF-8.
+
+        Our own loop over ``llama_token_to_piece``: llama-cpp-python's ``detokenize``
+        uses a 32-byte buffer and silently drops longer pieces (47 SmolLM2 tokens, e.g.
+        a newline plus 32 spaces of indentation). Pieces carry their own leading
+        spaces, so ``prev`` does not change the text; a space right after a leading BOS
+        is dropped, as llama.cpp's SentencePiece models expect.
+        """
+        ids = [int(i) for i in ids]
+        data = b"".join(self._piece(i) for i in ids)
+        if ids and ids[0] == self.bos_token_id and data[:1] == b" ":
+            data = data[1:]
         return data.decode("utf-8", errors="replace")
+
+    def _piece(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            size = 64
+            while True:
+                buf = (ctypes.c_char * size)()
+                n = self._lib.llama_token_to_piece(self._vocab, token, buf, size, 0, False)
+                if n >= 0:
+                    break
+                size = -n  # too small: llama.cpp returns minus the size it needs
+            piece = self._pieces[token] = bytes(buf[:n])
+        return piece
 
     def close(self) -> None:
         if not self._closed:
