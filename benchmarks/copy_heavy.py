@@ -79,7 +79,8 @@ def run_ours(target, ids, proposer, k, max_tokens):
 
 
 def run_peer(llm, text, max_tokens):
-    llm.reset()  # no prompt-prefix reuse between repeats: ours re-prefills too
+    # No reset: llama-cpp-python keeps the longest common prompt prefix in its KV
+    # cache, as our Target does, so neither side re-prefills between repeats.
     t0 = time.perf_counter()
     out = llm.create_completion(text, max_tokens=max_tokens, temperature=0.0, top_k=1)
     ms = (time.perf_counter() - t0) * 1000
@@ -100,9 +101,10 @@ def main():
             for p in sorted(ROOT.glob("*/*.py"))]
     history = HistoryIndex(docs, key_n=2)
     variants = {"plain": (None, 0)}
-    for k in (2, 4, 8):
-        variants[f"ngram k={k}"] = (NgramProposer(history), k)
-    variants["ngram k=8 alpha=0.5"] = (NgramProposer(history, alpha=0.5), 8)
+    variants["ngram k=8, cap 1/2 match (default)"] = (NgramProposer(history, alpha=0.5), 8)
+    for k in (4, 16):
+        variants[f"ngram k={k}, cap 1/2 match"] = (NgramProposer(history, alpha=0.5), k)
+    variants["ngram k=8, no cap"] = (NgramProposer(history), 8)
     peer = peer_plain = None
     if not args.no_peer:
         import llama_cpp
@@ -125,6 +127,9 @@ def main():
         # Warm up once, then interleave the variants in every repeat, so that drift
         # in the machine's speed (other load, frequency) hits all of them alike.
         run_ours(target, ids, None, 0, 16)
+        if peer is not None:
+            run_peer(peer_plain, text, 4)
+            run_peer(peer, text, 4)
         results = {vname: [] for vname in variants}
         peer_runs = {"llama-cpp-python plain": [], "llama-cpp-python PromptLookup(10)": []}
         for _ in range(args.repeats):

@@ -16,14 +16,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
-import math
-import mmap
 import os
 import re
 import shutil
-import struct
 import warnings
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,73 +28,20 @@ import platformdirs
 
 from assistd.errors import ModelError
 from assistd.targets.base import Target, tokenizer_fingerprint
+from assistd.targets.gguf_header import gguf_metadata
 from assistd.targets.llama import check_model_file
+from assistd.targets.vocab import eog_ids, piece_bytes
 
 INSTALL_HINT = (
     "pip install 'assistd[torch]' (on a CPU-only machine install the CPU build of torch "
     "first: pip install torch==2.13.0; an unpinned torch pulls a multi-GB CUDA build)"
 )
 
-# llama.cpp (src/llama-vocab.cpp) picks end-of-generation ids by token text: these
-# texts, the first FIM pad/repo/separator token of each list, and the EOS id.
-EOG_TEXTS = frozenset({
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-})
-FIM_EOG_TEXTS = (
-    ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
-    ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    ("<|file_sep|>",),
-)
 # GGUF pre-tokenizers (``tokenizer.ggml.pre``) that split every digit off before
 # GPT-2's regex in llama.cpp; transformers' GGUF converter leaves this split out.
 DIGIT_SPLIT_PRE = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell",
                              "exaone", "minerva-7b"})
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table, in which byte-level BPE vocabularies are spelled.
-
-    >>> t = bytes_to_unicode(); t[ord("a")], t[ord(" ")], t[ord("\\n")], len(set(t.values()))
-    ('a', 'Ġ', 'Ċ', 256)
-    """
-    keep = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
-_BYTE_OF = {c: b for b, c in bytes_to_unicode().items()}
-
-
-def piece_bytes(piece: str | None, *, byte_level: bool, special: bool) -> bytes:
-    """The bytes a token adds to detokenized text, as llama.cpp renders them (special=False).
-
-    Special (control) tokens render as nothing; a byte-level piece maps back through
-    GPT-2's table; a SentencePiece piece turns ``▁`` into a space and ``<0xNN>`` into a byte.
-
-    >>> bpe, spm = dict(byte_level=True, special=False), dict(byte_level=False, special=False)
-    >>> piece_bytes("Ġdef", **bpe), piece_bytes("▁x", **spm), piece_bytes("<0x0A>", **spm)
-    (b' def', b' x', b'\\n')
-    >>> piece_bytes("<|im_end|>", byte_level=True, special=True)
-    b''
-    """
-    if piece is None or special:
-        return b""
-    if byte_level:
-        if all(c in _BYTE_OF for c in piece):
-            return bytes(_BYTE_OF[c] for c in piece)
-        return piece.encode("utf-8")  # an added token spelled outside GPT-2's table
-    if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece):
-        return bytes([int(piece[3:5], 16)])
-    return piece.replace("\u2581", " ").encode("utf-8")
 
 
 def cache_root() -> Path:
@@ -231,7 +175,7 @@ class TorchTarget(Target):
                              for i, t in enumerate(texts)]
         self.bos_token_id = tok.bos_token_id
         self.add_bos = self.bos_token_id is not None and tok("a").input_ids[:1] == [self.bos_token_id]
-        self.eos_token_ids = _eog_ids(tok, model, texts)
+        self.eos_token_ids = eog_ids(tok, model, texts)
 
     # -- Target -------------------------------------------------------------
 
@@ -383,68 +327,6 @@ def _convert_gguf(path: Path, pre: str | None):
     return model, tok
 
 
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
-def gguf_metadata(path: Path, keys: Container[str]) -> dict:
-    """The values of ``keys`` in a GGUF file's metadata (str, number, or list of them).
-
-    Walks the header and the tensor table, not the tensor data, and checks that the
-    data the table declares lies within the file. Raises ValueError when the file is
-    not GGUF, breaks off inside its header, or is shorter than its tensors need.
-    """
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    out: dict = {}
-    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        if m[:4] != b"GGUF":
-            raise ValueError(f"not a GGUF file: {path}")
-
-        def value(pos: int, vtype: int, keep: bool):
-            if vtype in _GGUF_SCALARS:
-                fmt = "<" + _GGUF_SCALARS[vtype]
-                return struct.unpack_from(fmt, m, pos)[0] if keep else None, pos + struct.calcsize(fmt)
-            if vtype == 8:  # string: u64 length, utf-8 bytes
-                (n,) = struct.unpack_from("<Q", m, pos)
-                return m[pos + 8 : pos + 8 + n].decode("utf-8") if keep else None, pos + 8 + n
-            if vtype == 9:  # array: u32 element type, u64 count, elements
-                etype, count = struct.unpack_from("<IQ", m, pos)
-                pos += 12
-                items = []
-                for _ in range(count):
-                    item, pos = value(pos, etype, keep)
-                    items.append(item)
-                return items if keep else None, pos
-            raise ValueError(f"unknown GGUF metadata value type {vtype}")
-
-        try:
-            _, n_tensors, n_kv = struct.unpack_from("<IQQ", m, 4)
-            pos, align, data_bytes = 24, 32, 0
-            for _ in range(n_kv):
-                key, pos = value(pos, 8, True)
-                (vtype,) = struct.unpack_from("<I", m, pos)
-                v, pos = value(pos + 4, vtype, key in keys or key == "general.alignment")
-                if key in keys:
-                    out[key] = v
-                if key == "general.alignment":
-                    align = v
-            for _ in range(n_tensors):  # name, u32 n_dims, u64 dims, u32 type, u64 offset
-                _, pos = value(pos, 8, False)
-                (n_dims,) = struct.unpack_from("<I", m, pos)
-                dims = struct.unpack_from(f"<{n_dims}Q", m, pos + 4)
-                ggml_type, offset = struct.unpack_from("<IQ", m, pos + 4 + 8 * n_dims)
-                pos += 16 + 8 * n_dims
-                block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
-                data_bytes = max(data_bytes, offset + math.prod(dims) // block * size)
-        except (struct.error, UnicodeDecodeError, ValueError):
-            raise ValueError(f"GGUF header breaks off or is corrupt (a truncated file?), "
-                             f"{len(m)} bytes") from None
-        need = -(-pos // align) * align + data_bytes
-        if need > len(m):
-            raise ValueError(f"GGUF file is truncated: its tensors need {need} bytes, it has {len(m)}")
-    return out
-
-
 def _save_cache(model, tok, dest: Path) -> None:
     """Write model + tokenizer to ``dest`` atomically (temp dir, then rename); warn on failure."""
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
@@ -474,23 +356,3 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _eog_ids(tok, model, texts: list[str | None]) -> frozenset[int]:
-    """End-of-generation ids: the config's EOS ids plus llama.cpp's text rules (see EOG_TEXTS)."""
-    ids = {i: t for i, t in enumerate(texts) if t is not None}
-    by_text = {t: i for i, t in ids.items()}
-    eog = {by_text[t] for t in EOG_TEXTS if t in by_text}
-    for candidates in FIM_EOG_TEXTS:
-        found = next((by_text[t] for t in candidates if t in by_text), None)
-        if found is not None:
-            eog.add(found)
-    for source in (tok.eos_token_id, getattr(model.config, "eos_token_id", None),
-                   getattr(model.generation_config, "eos_token_id", None)):
-        eog.update(source if isinstance(source, (list, tuple)) else [] if source is None else [source])
-    names = {ids.get(i) for i in eog}
-    if "<|end|>" in names and ({"<|return|>", "<|call|>"} <= names or {"<|calls|>", "<|flush|>"} <= names):
-        eog.discard(by_text["<|end|>"])  # llama.cpp: harmony / solar-open end a message, not a turn
-    if {"<|tool_response>", "</s>"} <= names:
-        eog.discard(by_text["</s>"])  # llama.cpp: gemma4
-    return frozenset(i for i in eog if 0 <= i < len(texts))
