@@ -221,12 +221,13 @@ def complete_at(
         raise InputError("empty prompt and the model has no BOS token to start from")
     prop = None
     if proposer != "none" and k > 0:
-        # llama.cpp on a CPU: verifying k tokens costs ~k/2 plain steps, so a match of m
-        # tokens drafts at most ceil(m/2) (benchmarks/copy_heavy.py: k=8 without the cap
-        # ran at 0.69-0.80x plain). torch: a forward's fixed overhead dominates, so long
-        # drafts pay; uncapped drafts ran 1.05-1.18x faster than capped ones
-        # (benchmarks/torch_lookup.py). The tuner will pick k from measured costs.
-        alpha = 0.5 if target.backend == "llama" else None
+        # alpha=0.5: a match of m tokens drafts at most ceil(m/2). On llama.cpp on a CPU
+        # verifying k tokens costs ~k/2 plain steps, so long drafts on weak matches lose
+        # time (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain).
+        # On torch uncapped k=16 won on one prompt and lost on three
+        # (benchmarks/torch_lookup.py), so one default for now; the tuner will pick k
+        # from each backend's measured cost t(k).
+        alpha = 0.5
         prop = make_proposer(proposer, history=hist_index, alpha=alpha)
     gen = generate(target, ids, prop, max_tokens=max_tokens, k=k, sampling=sampling, stop=stop)
     return Completion(generation=gen, target=target, history=history, index=report,

@@ -69,9 +69,9 @@ def main():
     load_s = time.perf_counter() - t0
     variants = {
         "plain": lambda ids, n: run_ours(target, ids, None, 0, n),
-        "ngram k=8, cap 1/2 match (llama default)": lambda ids, n: run_ours(
+        "ngram k=8, cap 1/2 match (default)": lambda ids, n: run_ours(
             target, ids, make_proposer("ngram", history=None, alpha=0.5), 8, n),
-        "ngram k=16, no cap (torch default)": lambda ids, n: run_ours(
+        "ngram k=16, no cap": lambda ids, n: run_ours(
             target, ids, make_proposer("ngram", history=None), 16, n),
         "transformers plain": lambda ids, n: run_hf(target, ids, n),
         PEER: lambda ids, n: run_hf(target, ids, n, prompt_lookup_num_tokens=10,
