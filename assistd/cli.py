@@ -124,7 +124,8 @@ def index(path, db, model, backend, max_bytes, as_json):
 @click.option("--repeat-penalty", type=click.FloatRange(0, min_open=True), default=1.0,
               show_default=True,
               help="Repetition penalty over the last 64 committed tokens (1 = off).")
-@click.option("--seed", type=int, default=None, help="Random seed for sampling. [default: random]")
+@click.option("--seed", type=click.IntRange(0), default=None,
+              help="Random seed for sampling. [default: random]")
 @click.option("--stop", multiple=True,
               help="Stop string, excluded from the output; repeat the option for several.")
 @_n_ctx_option
@@ -160,15 +161,20 @@ def complete(file_, line, column, repo, max_tokens, proposer, no_speculation, k,
     from assistd.sampling import SamplingParams
     from assistd.session import complete_at, ledger_line, read_prompt
 
+    try:  # click's float ranges let NaN through; SamplingParams refuses it
+        sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
+                                  repetition_penalty=repeat_penalty, seed=seed)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
     text, prompt_text, default_repo = read_prompt(file_, line, column)
     if no_speculation:
         proposer = "none"
     result = complete_at(
         prompt_text, repo=repo or default_repo, proposer=proposer, k=k,
         max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
-        model=model, db=db, stop=stop,
-        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
-                                repetition_penalty=repeat_penalty, seed=seed),
+        model=model, db=db, stop=stop, guess_outside_git=repo is None,
+        sampling=sampling,
         target_options={"backend": backend, "device": device, "dtype": dtype,
                         "n_gpu_layers": n_gpu_layers, "n_threads": threads},
     )

@@ -57,7 +57,9 @@ class _StopStrings:
         text = self.target.detokenize(out, prev=self.prompt)
         start = max(0, self.scanned - self.longest + 1)
         hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
-        self.scanned = len(text)
+        # A character split over tokens decodes as U+FFFD until its last byte arrives,
+        # and the text then changes there: count only the text before it as scanned.
+        self.scanned = len(text.rstrip("\ufffd"))
         return text[: min(hits)] if hits else None
 
 
@@ -172,6 +174,10 @@ def generate(
     ledger.total_ms = (time.perf_counter() - t_start) * 1000
     if text is None:
         text = target.detokenize(out[:-1] if stop_reason == "eos" else out, prev=prompt)
+        if stop_reason in ("max_tokens", "n_ctx"):
+            # Cut off mid-character: the bytes of an unfinished character decode as
+            # U+FFFD, which an editor would insert. Hold them back.
+            text = text.rstrip("\ufffd")
     return Generation(tokens=out, text=text, stop_reason=stop_reason, ledger=ledger,
                       top2_gaps=gaps)
 

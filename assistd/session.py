@@ -6,6 +6,7 @@ ledger) that the CLI calls today and the LSP server and local API will call late
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -84,7 +85,9 @@ def cursor_offset(text: str, line: int | None, column: int | None) -> int:
         if column is not None:
             raise InputError("--column needs --line")
         return len(text)
-    lines = text.splitlines(keepends=True)
+    # LF, CRLF and CR only (as LSP and editors count), not str.splitlines' form feed,
+    # U+2028 and friends: a form feed inside a line must not shift the cursor.
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)
     if text == "" or text.endswith(("\n", "\r")):
         lines.append("")  # the empty line after a final newline
     if line > len(lines):
@@ -178,6 +181,7 @@ def complete_at(
     sampling: SamplingParams = GREEDY,
     stop: tuple[str, ...] = (),
     target_options: dict | None = None,
+    guess_outside_git: bool = False,
 ) -> Completion:
     """Complete ``prompt_text`` with speculative decoding, drafting from ``repo``'s history.
 
@@ -186,7 +190,8 @@ def complete_at(
     ``stop`` strings end the completion (excluded from it). Pass ``target``/``store``
     to reuse open ones: a kept Target also keeps its KV cache, so a second request
     on the same prefix evaluates only the new tokens. ``target_options`` go to
-    :func:`open_target`.
+    :func:`open_target`. With ``guess_outside_git`` (``repo`` was inferred, not chosen)
+    a directory outside git is drafted from only if ``assistd index`` took it before.
     """
     from proposers import make_proposer
     from proposers.ngram import HistoryIndex
@@ -202,6 +207,11 @@ def complete_at(
     hist_index = None
     if use_history:
         root = find_repository_root(repo)
+        if guess_outside_git and not is_repository(root) and not store.has_scope(str(root)):
+            # A file outside git whose directory nobody indexed: ~/scratch.py must not
+            # pull ~/.netrc or ~/.env into the history. `assistd index DIR` or --repo opt in.
+            use_history = False
+    if use_history:
         # Outside git only the top directory, unless `assistd index` took the subtree.
         recursive = is_repository(root) or store.scope_recursive(str(root))
         report = index_repository(store, root, target.tokenize, target.fingerprint,

@@ -232,6 +232,10 @@ class HistoryStore:
                 [scope, time.time(), int(recursive)],
             )
 
+    def has_scope(self, scope: str) -> bool:
+        """Whether the scope has ever been indexed."""
+        return self.db.execute("select 1 from scopes where root = ?", [scope]).fetchone() is not None
+
     def scope_recursive(self, scope: str) -> bool:
         """Whether the scope was last indexed with its subdirectories."""
         row = self.db.execute("select recursive from scopes where root = ?", [scope]).fetchone()

@@ -266,3 +266,25 @@ def test_complete_on_the_torch_backend_shares_the_history(repo, tmp_path):
     assert out["index"]["unchanged"] == 3 and out["index"]["tokenized"] == 0
     assert out["history"]["tokens"] > 100
     assert out["ledger"]["rounds"] > 0 and out["completion"]
+
+
+@pytest.mark.parametrize("bad", [("--temperature", "nan"), ("--top-p", "nan"),
+                                 ("--repeat-penalty", "nan"), ("--seed", "-1")])
+def test_nan_and_negative_seed_are_usage_errors(repo, bad):
+    r = assistd("complete", "--file", repo / "users.py", "--temperature", "0.8", *bad)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_file_outside_git_does_not_pull_its_dotfiles_into_the_history(tmp_path):
+    home = tmp_path / "fakehome"
+    home.mkdir()
+    (home / ".netrc").write_text("machine x password SECRET\n")
+    (home / "scratch.py").write_text("print(1)\n")
+    db = tmp_path / "h.db"
+    r = assistd("complete", "--file", home / "scratch.py", "--max-tokens", 3, "--json", db=db)
+    out = json.loads(r.stdout)
+    assert out["history"]["scope"] is None and out["index"] is None
+    # Opting in with --repo indexes it (and .netrc is then the user's choice).
+    r = assistd("complete", "--file", home / "scratch.py", "--repo", home, "--max-tokens", 3,
+                "--json", db=db)
+    assert json.loads(r.stdout)["history"]["documents"] == 2

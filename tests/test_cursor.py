@@ -39,3 +39,12 @@ def test_empty_text_has_one_empty_line():
     assert cursor_offset("", 1, 1) == 0
     with pytest.raises(InputError):
         cursor_offset("", 2, 1)
+
+
+def test_form_feed_and_unicode_separators_do_not_split_lines():
+    """Only LF, CRLF and CR end lines (as in LSP); str.splitlines would also split on these."""
+    text = "a = 1\x0c\nb = 2\u2028x\nc = 3\n"
+    assert cursor_offset(text, 2, None) == text.index("\nc")
+    assert cursor_offset(text, 4, 1) == len(text)
+    with pytest.raises(InputError, match=r"\(4 lines\)"):
+        cursor_offset(text, 5, None)

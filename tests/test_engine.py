@@ -309,3 +309,29 @@ def test_detokenize_keeps_pieces_longer_than_32_bytes(target):
     for path in (REPO / "assistd/ledger.py", REPO / "assistd/session.py"):
         src = path.read_text()
         assert target.detokenize(target.tokenize(src)) == src
+
+
+def test_stop_string_made_of_multi_token_characters_is_found(target):
+    """Regression: a CJK character split over tokens decodes as U+FFFD until complete;
+    the stop-string scan must not skip past it."""
+    from assistd.engine import _StopStrings
+
+    prompt = target.tokenize("# note:")
+    out_text = "、メモコメントがある"
+    ids = target.tokenize(out_text)
+    assert len(ids) > len(out_text) // 2  # several characters take more than one token
+    stops = _StopStrings(target, prompt, ["メモ"])
+    found = None
+    for n in range(1, len(ids) + 1):
+        found = stops.check(ids[:n])
+        if found is not None:
+            break
+    assert found == "、"
+    assert "メモ" in target.detokenize(ids[:n]) and "メモ" not in target.detokenize(ids[: n - 1])
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 3, 4, 5, 6])
+def test_completion_cut_mid_character_holds_back_the_partial_bytes(target, max_tokens):
+    ids = target.tokenize("# 日本語のコメント：この関数は")
+    g = generate(target, ids, None, max_tokens=max_tokens)
+    assert g.stop_reason == "max_tokens" and not g.text.endswith("\ufffd")
