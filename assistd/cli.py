@@ -58,43 +58,261 @@ _n_ctx_option = click.option(
 )
 
 
+def _progress(label: str):
+    """A rich progress bar on stderr when it is a terminal, else nothing.
+
+    Returns ``(callback(done, total), close())``."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bar = Progress("[progress.description]{task.description}", BarColumn(),
+                   MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    bar.start()
+    task = bar.add_task(label, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop
+
+
+def _repo_line(report) -> str:
+    return (
+        f"{report.scope}: {report.documents} documents; tokenized {report.tokenized}"
+        f" ({report.tokens} tokens), unchanged {report.unchanged}, removed {report.removed};"
+        f" skipped {report.skipped_binary} binary, {report.skipped_large} large,"
+        f" {report.skipped_unreadable} unreadable;"
+        f" {report.decoded_with_replacement} decoded with replacement;"
+        f" {report.redactions} secrets redacted"
+    )
+
+
+def _transcript_line(t) -> str:
+    formats = ", ".join(f"{n} {f}" for f, n in sorted(t.formats.items())) or "none"
+    return (
+        f"transcripts: {t.files} files read ({formats}), {t.unchanged} unchanged,"
+        f" {t.unknown_format} unknown format, {t.rewritten} rewritten; records"
+        f" {t.records_put} stored ({t.tokens} tokens), {t.records_removed} removed;"
+        f" skipped {t.skipped_malformed} malformed lines, {t.skipped_unknown} unknown records,"
+        f" {t.skipped_duplicate} duplicates; {t.dropped_blobs} blobs dropped;"
+        f" {t.redactions} secrets redacted"
+    )
+
+
 @cli.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                required=False)
+@click.option("--transcripts", "transcripts", multiple=True,
+              type=click.Path(exists=True, path_type=Path),
+              help="Agent transcript file or folder (any supported format, detected from the"
+                   " content); repeat for several.")
+@click.option("--agent-transcripts/--no-agent-transcripts", default=None,
+              help="Also take the default transcript folders that exist (~/.claude/projects,"
+                   " $CODEX_HOME/sessions or ~/.codex/sessions, ~/.gemini/tmp)."
+                   " [default: on with --watch]")
+@click.option("--watch", is_flag=True,
+              help="Keep running and follow changes live; Ctrl-C exits cleanly.")
 @_db_option
 @_model_option
 @_backend_option
 @click.option("--max-bytes", type=click.IntRange(1), default=1_000_000, show_default=True,
               help="Skip files larger than this.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def index(path, db, model, backend, max_bytes, as_json):
-    """Tokenize a repository's text files into the history.
+@click.option("--max-history-mb", type=click.IntRange(1), default=None, envvar="ASSISTD_MAX_HISTORY_MB",
+              help="History size budget (text + tokens, MiB); least recently used scopes are"
+                   " evicted first. [env: ASSISTD_MAX_HISTORY_MB; default: 2048]")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as one JSON object (with --watch: one per batch).")
+def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_bytes,
+          max_history_mb, as_json):
+    """Tokenize a repository's text files and agent transcripts into the history.
 
-    Respects .gitignore (nested too), .git/info/exclude and .assistdignore; skips
-    binary and oversized files and counts them. Unchanged files are not
-    re-tokenized; deleted files are forgotten.
+    Respects .gitignore (nested too), .git/info/exclude, the global git excludes
+    file and .assistdignore; skips binary and oversized files and counts them;
+    secrets are redacted before anything is stored. Unchanged files are not
+    re-tokenized; deleted files are forgotten. Transcript records are attached
+    to the project they were recorded in. PATH defaults to the current
+    directory unless only --transcripts are given.
+
+    \b
+    Examples:
+        assistd index ~/src/myproject --json
+        assistd index . --transcripts ~/.claude/projects --transcripts run.traj
+        assistd index . --watch
+    """
+    from assistd.session import open_store, open_target
+    from storage.indexer import find_repository_root
+    from storage.retention import DEFAULT_MAX_BYTES, enforce_budget
+    from storage.watcher import HistoryWatcher, default_transcript_locations
+
+    if path is None and not transcripts and not agent_transcripts:
+        path = Path(".")
+    if agent_transcripts is None:
+        agent_transcripts = watch
+    locations = list(transcripts) + (default_transcript_locations() if agent_transcripts else [])
+    store = open_store(db)
+    target = open_target(model, backend=backend, n_ctx=512)  # for its tokenizer
+    repos = [find_repository_root(path)] if path is not None else []
+    budget = max_history_mb * (1 << 20) if max_history_mb else DEFAULT_MAX_BYTES
+
+    def show(repo_reports, t_report, eviction):
+        if as_json:
+            out = {"repositories": [r.as_dict() for r in repo_reports],
+                   "transcripts": t_report.as_dict(), "eviction": eviction.as_dict()}
+            if len(repo_reports) == 1:  # the one-repository shape earlier releases printed
+                out = {**repo_reports[0].as_dict(), **out}
+            click.echo(json.dumps(out))
+        else:
+            for r in repo_reports:
+                click.echo(_repo_line(r))
+            if locations or t_report.files or t_report.records_put:
+                click.echo(_transcript_line(t_report))
+            if eviction.documents_evicted or eviction.over_budget:
+                click.echo(f"history: {eviction.size_after} bytes after evicting "
+                           f"{eviction.documents_evicted} documents (budget {budget});"
+                           + (" still over budget" if eviction.over_budget else ""))
+
+    watcher = HistoryWatcher(store, target.tokenize, target.fingerprint, repos=repos,
+                             transcripts=locations, max_bytes=max_bytes)
+    protect = [str(r.resolve()) for r in repos]
+    if watch:
+        watcher.start()  # before the scan: a change made during the scan is not missed
+    update, close = _progress("indexing")
+    try:
+        repo_reports, t_report = watcher.scan(update)
+    finally:
+        close()
+    show(repo_reports, t_report, enforce_budget(store, budget, protect))
+    if not watch:
+        return
+    click.echo(f"watching {len(repos)} repositories and {len(locations)} transcript"
+               " locations; Ctrl-C to stop", err=True)
+
+    def on_batch(batch):
+        if batch.tokenized or batch.transcripts.records_removed or any(
+                r.removed for r in batch.repos):
+            show(batch.repos, batch.transcripts, enforce_budget(store, budget, protect))
+
+    watcher.on_batch = on_batch
+    try:
+        watcher.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.stop()
+        store.close()
+    click.echo("stopped", err=True)
+
+
+@cli.group()
+def history():
+    """Inspect and prune the history: stats, sources, forget, vacuum.
+
+    \b
+    Examples:
+        assistd history stats
+        assistd history sources --json
+        assistd history forget ~/src/oldproject
+        assistd history vacuum
+    """
+
+
+def _history_store(db):
+    from assistd.session import open_store
+
+    return open_store(db)
+
+
+@history.command("stats")
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def history_stats(db, as_json):
+    """Totals per source kind (documents, bytes, tokens, secrets redacted) and file size."""
+    from storage.retention import stats
+
+    s = stats(_history_store(db))
+    if as_json:
+        click.echo(json.dumps(s))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"history {s['db']} ({s['db_bytes']:,} bytes on disk)")
+    for col in ("kind", "documents", "tokens", "text bytes", "secrets redacted"):
+        table.add_column(col, justify="left" if col == "kind" else "right")
+    for kind, k in s["kinds"].items():
+        table.add_row(kind, f"{k['documents']:,}", f"{k.get('tokens', 0):,}",
+                      f"{k['bytes']:,}", f"{k['redactions']:,}")
+    Console().print(table)
+    click.echo(f"{s['scopes']} scopes; {s['transcript_files']} transcript files"
+               f" ({s['transcript_lines_malformed']} malformed lines,"
+               f" {s['transcript_records_unknown']} unknown records skipped)")
+
+
+@history.command("sources")
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+def history_sources(db, as_json):
+    """Every scope (repository) and transcript file in the history."""
+    from storage.retention import sources
+
+    rows = sources(_history_store(db))
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in ("type", "source", "kind", "documents", "tokens"):
+        table.add_column(col, justify="right" if col in ("documents", "tokens") else "left",
+                         overflow="fold")
+    for r in rows:
+        table.add_row(r["type"], r["source"], r["kind"] or "", f"{r['documents']:,}",
+                      f"{r.get('tokens', ''):,}" if "tokens" in r else "")
+    Console().print(table)
+
+
+@history.command("forget")
+@click.argument("source")
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def history_forget(source, db, as_json):
+    """Delete a scope, a transcript file, or a file or folder of a scope from the history.
+
+    The text and tokens are overwritten in the database file (secure delete).
+    A repository indexed again, or a transcript rewritten, comes back.
 
     \b
     Example:
-        assistd index ~/src/myproject --json
+        assistd history forget ~/src/oldproject
     """
-    from assistd.session import open_store, open_target
-    from storage.indexer import find_repository_root, index_repository
+    from storage.retention import forget
 
-    store = open_store(db)
-    target = open_target(model, backend=backend, n_ctx=512)  # for its tokenizer
-    root = find_repository_root(path)
-    report = index_repository(store, root, target.tokenize, target.fingerprint,
-                              max_bytes=max_bytes, recursive=True)
+    out = forget(_history_store(db), source)
+    if out["documents"] == 0 and out["transcripts"] == 0:
+        raise click.UsageError(f"nothing in the history matches {source!r};"
+                               " see `assistd history sources`")
     if as_json:
-        click.echo(json.dumps(report.as_dict()))
+        click.echo(json.dumps(out))
     else:
-        click.echo(
-            f"{report.scope}: {report.documents} documents; tokenized {report.tokenized}"
-            f" ({report.tokens} tokens), unchanged {report.unchanged}, removed {report.removed};"
-            f" skipped {report.skipped_binary} binary, {report.skipped_large} large,"
-            f" {report.skipped_unreadable} unreadable;"
-            f" {report.decoded_with_replacement} decoded with replacement"
-        )
+        click.echo(f"forgot {out['documents']} documents from {source}")
+
+
+@history.command("vacuum")
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def history_vacuum(db, as_json):
+    """Compact the database file (after forgetting or evicting a lot)."""
+    from storage.retention import vacuum
+
+    out = vacuum(_history_store(db))
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        click.echo(f"{out['db']}: {out['bytes_before']:,} -> {out['bytes_after']:,} bytes")
 
 
 @cli.command()

@@ -216,6 +216,7 @@ def complete_at(
         recursive = is_repository(root) or store.scope_recursive(str(root))
         report = index_repository(store, root, target.tokenize, target.fingerprint,
                                   recursive=recursive)
+        store.mark_used(report.scope)  # eviction keeps the scopes completions use
         docs = store.token_arrays(report.scope, target.fingerprint)
         history = store.scope_summary(report.scope, target.fingerprint)
         hist_index = HistoryIndex([(p, ids) for _, p, ids in docs], key_n=2)

@@ -5,18 +5,25 @@ file whose bytes hash to the stored content hash is not re-tokenized. Binary fil
 (a NUL byte in the first 8 KiB, as git decides) and files over ``max_bytes`` are
 skipped and counted; non-UTF-8 text is decoded with replacement characters and
 counted; a file that vanishes or cannot be read mid-index is counted, not fatal.
+Secrets are redacted (:mod:`storage.secrets`) before the text is stored or tokenized.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import logging
+import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from assistd.languages import language_id
+from storage.secrets import redact
 from storage.store import HistoryStore
-from storage.walk import iter_files
+from storage.walk import IGNORE_FILES, IgnoreRules, iter_files
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 1_000_000
 BINARY_SNIFF_BYTES = 8192
@@ -36,6 +43,7 @@ class IndexReport:
     skipped_large: int = 0
     skipped_unreadable: int = 0
     decoded_with_replacement: int = 0
+    redactions: int = 0  # secret values replaced before storing
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -60,6 +68,188 @@ def is_binary(data: bytes) -> bool:
     return b"\0" in data[:BINARY_SNIFF_BYTES]
 
 
+class RepoIndexer:
+    """Keeps one repository's documents in the history current for one tokenizer.
+
+    :meth:`scan` is a full incremental pass; :meth:`update` re-checks only the paths a
+    watcher reported (files or directories, created, changed, moved or deleted). Both
+    tokenize a file only when its bytes changed, so a burst of events for one file
+    (a ``git checkout``, an editor's write-temp-then-rename save) costs one tokenization.
+    """
+
+    def __init__(self, store: HistoryStore, root: Path, tokenize: Callable[[str], list[int]],
+                 fingerprint: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 recursive: bool = True):
+        self.store = store
+        self.root = root.resolve()
+        self.scope = str(self.root)
+        self.tokenize = tokenize
+        self.fingerprint = fingerprint
+        self.max_bytes = max_bytes
+        self.recursive = recursive
+        self.rules = IgnoreRules(self.root)
+
+    def scan(self, progress: Callable[[int, int], None] | None = None) -> IndexReport:
+        """Bring every document of the repository up to date; forget deleted files.
+
+        ``progress(done, total)`` is called after each file (for a progress bar).
+        """
+        self.rules = IgnoreRules(self.root)  # ignore files may have changed since
+        report = IndexReport(scope=self.scope)
+        known = self.store.documents(self.scope)
+        tokenized = self.store.tokenized_ids(self.scope, self.fingerprint)
+        files = list(iter_files(self.root, self.recursive, self.rules))
+        seen: set[str] = set()
+        for n, (rel, full) in enumerate(files, 1):
+            if self._index_file(rel, full, known.get(rel), tokenized, report):
+                seen.add(rel)
+            if progress is not None:
+                progress(n, len(files))
+        gone = [doc.id for rel, doc in known.items() if rel not in seen]
+        report.removed = self.store.remove_documents(gone)
+        report.documents = len(seen)
+        self.store.mark_indexed(self.scope, self.recursive)
+        return report
+
+    def update(self, rel_paths) -> IndexReport:
+        """Re-check the given relative POSIX paths (files or directories).
+
+        A path that no longer exists, became ignored or is not a regular file is
+        forgotten together with everything stored under it; a directory is walked.
+        A change to an ignore file re-reads the rules and rescans the repository.
+        """
+        rel_paths = sorted(set(rel_paths))
+        if any(p.rsplit("/", 1)[-1] in IGNORE_FILES or p in (".git/info/exclude",)
+               for p in rel_paths):
+            return self.scan()
+        report = IndexReport(scope=self.scope)
+        known = self.store.documents(self.scope)
+        tokenized = self.store.tokenized_ids(self.scope, self.fingerprint)
+        ordered = sorted(known)
+        gone: set[int] = set()
+        walked: list[str] = []  # directories walked in this call (sorted order: parents first)
+        for rel in rel_paths:
+            if rel in ("", ".") or rel == ".git" or rel.startswith(".git/"):
+                continue
+            if any(rel.startswith(d + "/") for d in walked):
+                continue  # already checked by its directory's walk
+            if not self.recursive and "/" in rel:
+                continue
+            full = self.root / rel
+            try:
+                mode = full.lstat().st_mode
+            except OSError:
+                mode = None
+            under = _under(known, ordered, rel)
+            if mode is not None and stat.S_ISDIR(mode) and not self.rules.excluded(rel, True):
+                walked.append(rel)
+                present = set()
+                for frel, ffull in iter_files(self.root, self.recursive, self.rules, under=rel):
+                    if self._index_file(frel, ffull, known.get(frel), tokenized, report):
+                        present.add(frel)
+                gone.update(d.id for d in under if d.path not in present)
+            elif (mode is not None and stat.S_ISREG(mode)
+                  and not self.rules.excluded(rel, False)):
+                if not self._index_file(rel, full, known.get(rel), tokenized, report):
+                    gone.update(d.id for d in under)
+            else:  # deleted, moved away, ignored, a symlink or a FIFO
+                gone.update(d.id for d in under)
+        report.removed = self.store.remove_documents(sorted(gone))
+        report.documents = self.store.db.execute(
+            "select count(*) from documents where scope = ? and source_kind = 'repo'",
+            [self.scope]).fetchone()[0]
+        return report
+
+    def _index_file(self, rel: str, full: Path, doc, tokenized: dict[int, str],
+                    report: IndexReport) -> bool:
+        """Index one regular file; return whether it belongs in the history now."""
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:  # a non-UTF-8 file name cannot be a history path
+            report.skipped_unreadable += 1
+            log.info("skipped %r: file name is not UTF-8", rel)
+            return False
+        try:
+            st = full.stat()
+        except OSError as e:
+            report.skipped_unreadable += 1
+            log.info("skipped %s: %s", rel, e.strerror)
+            return False
+        if st.st_size > self.max_bytes:
+            report.skipped_large += 1
+            return False
+        if (
+            doc is not None
+            and doc.mtime_ns == st.st_mtime_ns
+            and doc.num_bytes == st.st_size
+            and tokenized.get(doc.id) == doc.content_hash
+        ):
+            report.unchanged += 1
+            return True
+        try:
+            data = full.read_bytes()
+        except OSError as e:  # vanished or unreadable between walk and read
+            report.skipped_unreadable += 1
+            log.info("skipped %s: %s", rel, e.strerror)
+            return False
+        if len(data) > self.max_bytes:  # grew since the stat
+            report.skipped_large += 1
+            return False
+        if is_binary(data):
+            report.skipped_binary += 1
+            return False
+        content_hash = hashlib.sha256(data).hexdigest()
+        if doc is not None and doc.content_hash == content_hash:
+            if tokenized.get(doc.id) != content_hash:
+                text = self.store.document_text(doc.id)
+                ids = self.tokenize(text)
+                self.store.add_tokenization(doc.id, self.fingerprint, content_hash, ids)
+                tokenized[doc.id] = content_hash
+                report.tokenized += 1
+                report.tokens += len(ids)
+            else:
+                report.unchanged += 1
+            if doc.mtime_ns != st.st_mtime_ns:
+                self.store.touch(doc.id, st.st_mtime_ns)
+            return True
+        try:
+            text = data.decode("utf-8")
+            replaced = False
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", errors="replace")
+            replaced = True
+            report.decoded_with_replacement += 1
+        clean = redact(text, filename=rel)
+        report.redactions += clean.count
+        ids = self.tokenize(clean.text)
+        doc_id = self.store.put_document(
+            scope=self.scope, path=rel, source_kind="repo", language_id=language_id(rel),
+            content_hash=content_hash, num_bytes=len(data), mtime_ns=st.st_mtime_ns,
+            text=clean.text, decoded_with_replacement=replaced, fingerprint=self.fingerprint,
+            token_ids=ids, redactions=clean.count,
+        )
+        tokenized[doc_id] = content_hash
+        report.tokenized += 1
+        report.tokens += len(ids)
+        return True
+
+
+def _under(known: dict, ordered: list[str], rel: str) -> list:
+    """Documents stored at ``rel`` or below it (``ordered`` = sorted(known)), by bisection.
+
+    >>> docs = {"a": 1, "a/b": 2, "a/c/d": 3, "a.py": 4, "ab": 5}
+    >>> _under(docs, sorted(docs), "a")
+    [1, 2, 3]
+    """
+    out = [known[rel]] if rel in known else []
+    prefix = rel + "/"
+    i = bisect.bisect_left(ordered, prefix)
+    while i < len(ordered) and ordered[i].startswith(prefix):
+        out.append(known[ordered[i]])
+        i += 1
+    return out
+
+
 def index_repository(
     store: HistoryStore,
     root: Path,
@@ -68,6 +258,7 @@ def index_repository(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     recursive: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> IndexReport:
     """Bring the history of the repository at ``root`` up to date for one tokenizer.
 
@@ -77,79 +268,5 @@ def index_repository(
     file outside any git repository is completed, so that completing ``~/notes.txt``
     does not index the whole home directory).
     """
-    root = root.resolve()
-    scope = str(root)
-    report = IndexReport(scope=scope)
-    known = store.documents(scope)
-    tokenized = store.tokenized_ids(scope, fingerprint)
-    seen: set[str] = set()
-
-    for rel, full in iter_files(root, recursive):
-        try:
-            rel.encode("utf-8")
-        except UnicodeEncodeError:  # a non-UTF-8 file name cannot be a history path
-            report.skipped_unreadable += 1
-            continue
-        try:
-            st = full.stat()
-        except OSError:
-            report.skipped_unreadable += 1
-            continue
-        if st.st_size > max_bytes:
-            report.skipped_large += 1
-            continue
-        doc = known.get(rel)
-        if (
-            doc is not None
-            and doc.mtime_ns == st.st_mtime_ns
-            and doc.num_bytes == st.st_size
-            and tokenized.get(doc.id) == doc.content_hash
-        ):
-            seen.add(rel)
-            report.unchanged += 1
-            continue
-        try:
-            data = full.read_bytes()
-        except OSError:  # vanished or unreadable between walk and read
-            report.skipped_unreadable += 1
-            continue
-        if is_binary(data):
-            report.skipped_binary += 1
-            continue
-        seen.add(rel)
-        content_hash = hashlib.sha256(data).hexdigest()
-        if doc is not None and doc.content_hash == content_hash:
-            if tokenized.get(doc.id) != content_hash:
-                text = store.document_text(doc.id)
-                ids = tokenize(text)
-                store.add_tokenization(doc.id, fingerprint, content_hash, ids)
-                report.tokenized += 1
-                report.tokens += len(ids)
-            else:
-                report.unchanged += 1
-            if doc.mtime_ns != st.st_mtime_ns:
-                store.touch(doc.id, st.st_mtime_ns)
-            continue
-        try:
-            text = data.decode("utf-8")
-            replaced = False
-        except UnicodeDecodeError:
-            text = data.decode("utf-8", errors="replace")
-            replaced = True
-            report.decoded_with_replacement += 1
-        ids = tokenize(text)
-        store.put_document(
-            scope=scope, path=rel, source_kind="repo", language_id=language_id(rel),
-            content_hash=content_hash, num_bytes=len(data), mtime_ns=st.st_mtime_ns,
-            text=text, decoded_with_replacement=replaced, fingerprint=fingerprint,
-            token_ids=ids,
-        )
-        report.tokenized += 1
-        report.tokens += len(ids)
-
-    gone = [doc.id for rel, doc in known.items() if rel not in seen]
-    store.remove_documents(gone)
-    report.removed = len(gone)
-    report.documents = len(seen)
-    store.mark_indexed(scope, recursive)
-    return report
+    return RepoIndexer(store, root, tokenize, fingerprint, max_bytes=max_bytes,
+                       recursive=recursive).scan(progress)

@@ -17,6 +17,26 @@ Schema (version ``m001``):
 ``tokenizations``   document_id, tokenizer_fingerprint (pk together), content_hash
                     (of the text that was tokenized), token_ids (little-endian
                     uint32 blob, [num_tokens]), num_tokens, created_utc
+
+Added by ``m002_transcripts_retention``:
+
+``documents``       + source (the file a record came from: the transcript's absolute
+                    path; for repo documents null, the path says it), record_key
+                    (id of a transcript record within its file), ordinal (order of
+                    the record in its file), record_kind (assistant|tool_input),
+                    redactions (secret values replaced before storing),
+                    last_used_utc (when a proposer last drafted from it; eviction order)
+``scopes``          + last_used_utc (when a completion last used the scope)
+``transcripts``     path (pk, absolute), format, offset (bytes consumed; the next
+                    read starts here), size, mtime_ns, inode, head_sha256 (of the
+                    first min(offset, 4096) bytes: a changed head means rewritten),
+                    state (the line parser's JSON state at ``offset``), records,
+                    skipped_malformed, skipped_unknown, skipped_duplicate,
+                    dropped_blobs, redactions, updated_utc
+``changes``         seq (autoincrement), document_id, scope, op (put|delete),
+                    utc: an append-only log that in-memory indexes follow to
+                    update incrementally (written in the same transaction as the
+                    change it records)
 """
 
 import time
@@ -72,6 +92,37 @@ def m001_documents(db: sqlite_utils.Database) -> None:
         pk=("document_id", "tokenizer_fingerprint"),
         foreign_keys=[("document_id", "documents", "id")],
         if_not_exists=True,
+    )
+
+
+def _add_columns(db: sqlite_utils.Database, table: str, columns: dict) -> None:
+    have = {c.name for c in db[table].columns}
+    for name, (col_type, default) in columns.items():
+        if name not in have:
+            db[table].add_column(name, col_type, not_null_default=default)
+
+
+@migration
+def m002_transcripts_retention(db: sqlite_utils.Database) -> None:
+    _add_columns(db, "documents", {
+        "source": (str, None), "record_key": (str, None), "ordinal": (int, None),
+        "record_kind": (str, None), "redactions": (int, 0), "last_used_utc": (float, None),
+    })
+    _add_columns(db, "scopes", {"last_used_utc": (float, None)})
+    db["documents"].create_index(["source", "ordinal"], if_not_exists=True)
+    db["documents"].create_index(["content_hash"], if_not_exists=True)
+    db["transcripts"].create(
+        {
+            "path": str, "format": str, "offset": int, "size": int, "mtime_ns": int,
+            "inode": int, "head_sha256": str, "state": str, "records": int,
+            "skipped_malformed": int, "skipped_unknown": int, "skipped_duplicate": int,
+            "dropped_blobs": int, "redactions": int, "updated_utc": float,
+        },
+        pk="path", if_not_exists=True,
+    )
+    db.execute(
+        "create table if not exists changes (seq integer primary key autoincrement,"
+        " document_id integer not null, scope text not null, op text not null, utc float)"
     )
 
 

@@ -24,6 +24,19 @@ from storage.migrations import migrate
 TOKEN_DTYPE = np.dtype("<u4")
 
 
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 (and a new parent directory 0700) before SQLite
+    opens it: the history holds private source text. SQLite gives the -wal and -shm
+    files the main file's permissions."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
 def default_db_path() -> Path:
     """``$ASSISTD_DB`` if set, else ``<user data dir>/assistd/history.db`` (platformdirs)."""
     env = os.environ.get("ASSISTD_DB")
@@ -64,8 +77,9 @@ class HistoryStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._depth = 0  # nesting of _write(): inner blocks join the outer transaction
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(self.path)
             # Autocommit mode: write transactions are explicit (see _write), so a
             # read-then-write is never split between two concurrent writers.
             conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
@@ -74,6 +88,9 @@ class HistoryStore:
             self.db.enable_wal()
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA foreign_keys = ON")
+            # Forgetting is real: deleted text and tokens are overwritten with zeros
+            # in the file, not left in free pages until the next VACUUM.
+            self.db.execute("PRAGMA secure_delete = ON")
             migrate(self.db)  # idempotent steps: safe when two processes open at once
         except HistoryError:
             raise
@@ -89,15 +106,28 @@ class HistoryStore:
     @contextmanager
     def _write(self):
         """One write transaction. BEGIN IMMEDIATE takes the write lock up front, so
-        concurrent writers (two `assistd index` runs) queue instead of racing."""
+        concurrent writers (two `assistd index` runs) queue instead of racing.
+        Nested blocks join the outermost one: it commits or rolls back all of them."""
         c = self.db.conn
+        if self._depth:
+            self._depth += 1
+            try:
+                yield c
+            finally:
+                self._depth -= 1
+            return
         c.execute("BEGIN IMMEDIATE")
+        self._depth = 1
         try:
             yield c
         except BaseException:
+            self._depth = 0
             c.execute("ROLLBACK")
             raise
+        self._depth = 0
         c.execute("COMMIT")
+
+    transaction = _write
 
     # -- reads -------------------------------------------------------------
 
@@ -162,8 +192,18 @@ class HistoryStore:
         decoded_with_replacement: bool,
         fingerprint: str,
         token_ids,
+        source: str | None = None,
+        record_key: str | None = None,
+        ordinal: int | None = None,
+        record_kind: str | None = None,
+        redactions: int = 0,
     ) -> int:
-        """Insert or replace a document and its tokenization atomically; return its id."""
+        """Insert or replace a document and its tokenization atomically; return its id.
+
+        ``text`` must already be redacted (see :mod:`storage.secrets`); ``redactions``
+        counts the secret values replaced in it. Transcript records also give the
+        transcript file (``source``), their ``record_key``, ``ordinal`` and ``record_kind``.
+        """
         now = time.time()
         blob = encode_tokens(token_ids)
         with self._write() as c:  # one transaction: text and tokens change together
@@ -175,19 +215,23 @@ class HistoryStore:
                 cur = c.execute(
                     "insert into documents (scope, path, source_kind, language_id,"
                     " content_hash, num_bytes, mtime_ns, text, decoded_with_replacement,"
-                    " created_utc, updated_utc) values (?,?,?,?,?,?,?,?,?,?,?)",
+                    " created_utc, updated_utc, source, record_key, ordinal, record_kind,"
+                    " redactions) values (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     [scope, path, source_kind, language_id, content_hash, num_bytes,
-                     mtime_ns, text, int(decoded_with_replacement), now, now],
+                     mtime_ns, text, int(decoded_with_replacement), now, now, source,
+                     record_key, ordinal, record_kind, redactions],
                 )
                 doc_id = cur.lastrowid
             else:
                 doc_id = row[0]
                 c.execute(
                     "update documents set language_id = ?, content_hash = ?, num_bytes = ?,"
-                    " mtime_ns = ?, text = ?, decoded_with_replacement = ?, updated_utc = ?"
+                    " mtime_ns = ?, text = ?, decoded_with_replacement = ?, updated_utc = ?,"
+                    " source = ?, record_key = ?, ordinal = ?, record_kind = ?, redactions = ?"
                     " where id = ?",
                     [language_id, content_hash, num_bytes, mtime_ns, text,
-                     int(decoded_with_replacement), now, doc_id],
+                     int(decoded_with_replacement), now, source, record_key, ordinal,
+                     record_kind, redactions, doc_id],
                 )
                 # Tokenizations of the old text, for any tokenizer, are stale now.
                 c.execute("delete from tokenizations where document_id = ?", [doc_id])
@@ -196,7 +240,13 @@ class HistoryStore:
                 " content_hash, token_ids, num_tokens, created_utc) values (?,?,?,?,?,?)",
                 [doc_id, fingerprint, content_hash, blob, len(blob) // 4, now],
             )
+            self._log_change(c, doc_id, scope, "put", now)
         return doc_id
+
+    @staticmethod
+    def _log_change(c, doc_id: int, scope: str, op: str, now: float) -> None:
+        c.execute("insert into changes (document_id, scope, op, utc) values (?,?,?,?)",
+                  [doc_id, scope, op, now])
 
     def add_tokenization(self, doc_id: int, fingerprint: str, content_hash: str, token_ids) -> None:
         """Store the tokenization of an unchanged document for another tokenizer."""
@@ -216,14 +266,31 @@ class HistoryStore:
         with self._write() as c:
             c.execute("update documents set mtime_ns = ? where id = ?", [mtime_ns, doc_id])
 
-    def remove_documents(self, doc_ids: list[int]) -> None:
-        """Forget documents and all their tokenizations, atomically."""
+    def remove_documents(self, doc_ids) -> int:
+        """Forget documents and all their tokenizations, atomically; return how many."""
+        doc_ids = list(doc_ids)
         if not doc_ids:
-            return
+            return 0
+        now = time.time()
         with self._write() as c:
             for doc_id in doc_ids:
+                row = c.execute("select scope from documents where id = ?", [doc_id]).fetchone()
+                if row is None:
+                    continue
                 c.execute("delete from tokenizations where document_id = ?", [doc_id])
                 c.execute("delete from documents where id = ?", [doc_id])
+                self._log_change(c, doc_id, row[0], "delete", now)
+        return len(doc_ids)
+
+    def changes_since(self, seq: int) -> list[tuple[int, int, str, str]]:
+        """``(seq, document_id, scope, op)`` rows logged after ``seq``, oldest first.
+
+        An in-memory index remembers the last seq it applied and replays the rest:
+        ``put`` means (re)read the document, ``delete`` means drop its tokens.
+        """
+        return self.db.execute(
+            "select seq, document_id, scope, op from changes where seq > ? order by seq", [seq]
+        ).fetchall()
 
     def mark_indexed(self, scope: str, recursive: bool) -> None:
         with self._write() as c:
@@ -240,3 +307,44 @@ class HistoryStore:
         """Whether the scope was last indexed with its subdirectories."""
         row = self.db.execute("select recursive from scopes where root = ?", [scope]).fetchone()
         return bool(row and row[0])
+
+    def mark_used(self, scope: str) -> None:
+        """Record that a completion drafted from ``scope`` now (eviction keeps used scopes)."""
+        with self._write() as c:
+            c.execute("update scopes set last_used_utc = ? where root = ?", [time.time(), scope])
+
+    # -- transcripts ---------------------------------------------------------
+
+    def transcript_state(self, path: str) -> dict | None:
+        """The tailing state of a transcript file (a ``transcripts`` row as a dict), or None."""
+        rows = list(self.db["transcripts"].rows_where("path = ?", [path]))
+        return rows[0] if rows else None
+
+    def save_transcript_state(self, row: dict) -> None:
+        """Insert or replace a ``transcripts`` row; call inside the transaction that
+        stored the records read up to ``row["offset"]``, so both commit together."""
+        with self._write() as c:
+            cols = list(row)
+            c.execute(
+                f"insert or replace into transcripts ({', '.join(cols)})"
+                f" values ({', '.join('?' for _ in cols)})",
+                [row[k] for k in cols],
+            )
+
+    def transcript_records(self, source: str) -> dict[str, tuple[int, int, str]]:
+        """Records stored from one transcript file: record_key -> (document id, ordinal, scope)."""
+        rows = self.db.execute(
+            "select record_key, id, ordinal, scope from documents"
+            " where source = ? and source_kind = 'transcript'", [source]
+        ).fetchall()
+        return {k: (i, o, s) for k, i, o, s in rows}
+
+    def forget_transcript(self, source: str) -> int:
+        """Drop every record of a transcript file and its tailing state; return records dropped."""
+        with self._write() as c:
+            ids = [r[0] for r in c.execute(
+                "select id from documents where source = ? and source_kind = 'transcript'",
+                [source]).fetchall()]
+            self.remove_documents(ids)
+            c.execute("delete from transcripts where path = ?", [source])
+        return len(ids)

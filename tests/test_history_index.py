@@ -133,6 +133,11 @@ def test_token_blob_is_compact_uint32(store, tmp_path):
     assert decode_tokens(blob).tolist() == [97, 98, 99]
 
 
+def _schema(db) -> dict:
+    return {t: [(c.name, c.type, c.notnull, c.default_value) for c in db[t].columns]
+            for t in sorted(db.table_names()) if t != "_assistd_migrations"}
+
+
 def test_schema_from_blank_and_rerun_is_idempotent(tmp_path):
     """Migrations build the documented columns; re-running them changes nothing."""
     s = HistoryStore(tmp_path / "h.db")
@@ -140,15 +145,59 @@ def test_schema_from_blank_and_rerun_is_idempotent(tmp_path):
     assert cols["documents"] == [
         "id", "scope", "path", "source_kind", "language_id", "content_hash", "num_bytes",
         "mtime_ns", "text", "decoded_with_replacement", "created_utc", "updated_utc",
+        "source", "record_key", "ordinal", "record_kind", "redactions", "last_used_utc",
     ]
     assert cols["tokenizations"] == [
         "document_id", "tokenizer_fingerprint", "content_hash", "token_ids", "num_tokens",
         "created_utc",
     ]
+    assert cols["scopes"] == ["root", "indexed_utc", "recursive", "last_used_utc"]
+    assert set(s.db.table_names()) >= {"transcripts", "changes"}
+    before = _schema(s.db)
     assert migrate(s.db) == []
     for _, fn in MIGRATIONS:  # a crash after a migration ran but before it was recorded
         fn(s.db)
+    assert _schema(s.db) == before
     assert s.db.execute("pragma journal_mode").fetchone()[0] == "wal"
+    s.close()
+
+
+def test_upgrade_from_oldest_schema_equals_blank(tmp_path):
+    """A database written by the first release (m001 only, with a document in it) is
+    upgraded to exactly the schema a blank database gets, keeping its rows."""
+    import sqlite3
+
+    import sqlite_utils
+
+    old = sqlite_utils.Database(sqlite3.connect(tmp_path / "old.db", isolation_level=None))
+    old["_assistd_migrations"].create({"name": str, "applied_utc": float}, pk="name")
+    MIGRATIONS[0][1](old)
+    old["_assistd_migrations"].insert({"name": MIGRATIONS[0][0], "applied_utc": 0.0})
+    old["documents"].insert({"scope": "/r", "path": "a.py", "source_kind": "repo",
+                             "content_hash": "h", "text": "x = 1\n"})
+    old.conn.close()
+
+    upgraded = HistoryStore(tmp_path / "old.db")
+    blank = HistoryStore(tmp_path / "blank.db")
+    assert _schema(upgraded.db) == _schema(blank.db)
+    row = upgraded.db.execute("select path, text, redactions from documents").fetchone()
+    assert row == ("a.py", "x = 1\n", 0)
+    upgraded.close()
+    blank.close()
+
+
+def test_database_file_is_private(tmp_path):
+    """The history is created 0600 (and its new directory 0700): it holds private source."""
+    import stat
+
+    s = HistoryStore(tmp_path / "new" / "h.db")
+    s.db.execute("create table if not exists t (x)")  # force the -wal file into being
+    assert stat.S_IMODE((tmp_path / "new" / "h.db").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    for side in ("h.db-wal", "h.db-shm"):
+        p = tmp_path / "new" / side
+        if p.exists():
+            assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, side
     s.close()
 
 

@@ -1,0 +1,410 @@
+"""Ingest coding-agent transcripts into the history, tailing appended files by byte offset.
+
+Each transcript file has a row in ``transcripts``: its format, the byte ``offset``
+read up to, the line parser's state at that offset, and a hash of its head. A pass
+reads only the bytes after ``offset``, applies the parser's operations (put, append,
+rewind) to the records of that file, and commits the records, the new offset and
+the parser state in ONE transaction: a crash or kill at any moment leaves the
+history as it was after some complete pass, and the next pass resumes exactly
+there, with no record duplicated or lost.
+
+- A partly written last line (no newline yet) is left for the next pass, unless
+  it is already a complete JSON value (writers flush the newline separately).
+- A file that shrank, changed inode, or whose first bytes changed was rewritten
+  or truncated: its records are forgotten and it is read again from byte 0.
+- Whole-JSON formats (rewritten on every save) and ``.zst`` archives are read
+  whole when their size or mtime changes; records that disappeared are forgotten.
+- A transcript file that vanished keeps its records (agents delete old sessions;
+  the history is the memory of them) until ``assistd history forget``.
+
+Records are scoped by the project they belong to (the record's ``cwd``, resolved
+to its git root), so one project's transcripts never draft in another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from storage.indexer import find_repository_root
+from storage.secrets import redact
+from storage.store import HistoryStore
+from storage.transcripts.base import (
+    Append,
+    LineParser,
+    Rewind,
+    TranscriptError,
+    WholeParser,
+)
+from storage.transcripts.detect import HEAD_BYTES as SNIFF_BYTES
+from storage.transcripts.detect import detect_format, open_bytes, parser_for
+
+log = logging.getLogger(__name__)
+
+HEAD_BYTES = 4096  # hashed to tell a rewritten file from an appended one
+CHUNK_BYTES = 1 << 20  # read (and commit) at most this much of a file per transaction
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+@dataclass
+class TranscriptReport:
+    """Counts from ingesting transcript files (records are model-output records)."""
+
+    files: int = 0  # transcript files read (new bytes or rewritten)
+    unchanged: int = 0
+    unknown_format: int = 0  # files whose content matches no known format
+    unparseable: int = 0  # whole-JSON files that do not parse (e.g. mid-rewrite); retried
+    vanished: int = 0
+    rewritten: int = 0  # truncated or rewritten files read again from byte 0
+    records_put: int = 0  # records created or changed
+    records_removed: int = 0
+    tokens: int = 0
+    skipped_malformed: int = 0
+    skipped_unknown: int = 0
+    skipped_duplicate: int = 0
+    dropped_blobs: int = 0
+    redactions: int = 0
+    formats: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def add(self, other: TranscriptReport) -> None:
+        for k, v in asdict(other).items():
+            if k == "formats":
+                for f, n in v.items():
+                    self.formats[f] = self.formats.get(f, 0) + n
+            else:
+                setattr(self, k, getattr(self, k) + v)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _language(kind: str, language_id: str | None) -> str:
+    """A record's language id: the file a tool call writes, else Markdown for prose."""
+    if language_id:
+        return language_id
+    return "markdown" if kind == "assistant" else "plaintext"
+
+
+class TranscriptIngester:
+    """Brings the records of transcript files up to date in the history for one tokenizer.
+
+    ``default_scope`` is used for records that name no project (e.g. an aider
+    history found in a repository: that repository); otherwise such records get
+    the scope ``transcripts:<the transcript's directory>``.
+    """
+
+    def __init__(self, store: HistoryStore, tokenize: Callable[[str], list[int]],
+                 fingerprint: str):
+        self.store = store
+        self.tokenize = tokenize
+        self.fingerprint = fingerprint
+        self._scope_cache: dict[str, str] = {}
+
+    # -- public ---------------------------------------------------------------
+
+    def ingest(self, path: Path, default_scope: str | None = None) -> TranscriptReport:
+        """Read what is new in one transcript file. Never raises for bad content."""
+        report = TranscriptReport()
+        path = Path(os.path.abspath(path))
+        source = str(path)
+        row = self.store.transcript_state(source)
+        try:
+            st = path.stat()
+        except OSError:
+            report.vanished += 1
+            return report
+        if row is not None and row["size"] == st.st_size and row["mtime_ns"] == st.st_mtime_ns \
+                and row["inode"] == st.st_ino:
+            report.unchanged += 1
+            return report
+        fallback = default_scope or f"transcripts:{path.parent}"
+        try:
+            with open(path, "rb") as f:
+                sniff = f.read(SNIFF_BYTES)
+            head = sniff[:HEAD_BYTES]
+            compressed = head.startswith(ZSTD_MAGIC)
+            fmt = row["format"] if row is not None else None
+            if fmt is None:
+                if compressed:
+                    sniff = open_bytes(path, max_bytes=SNIFF_BYTES)
+                fmt = detect_format(path, sniff)
+            if fmt is None:
+                report.unknown_format += 1
+                log.info("skipped %s: not a known transcript format", source)
+                return report
+            parser = parser_for(fmt)
+            if isinstance(parser, WholeParser) or compressed:
+                self._ingest_whole(path, st, fmt, parser, fallback, report)
+            else:
+                self._ingest_tail(path, st, fmt, parser, row, head, fallback, report)
+        except TranscriptError as e:  # e.g. a whole-JSON file caught mid-rewrite
+            report.unparseable += 1
+            log.info("skipped %s: %s", source, e)
+            return report
+        except OSError as e:  # vanished or unreadable mid-read: counted, records kept
+            report.vanished += 1
+            log.info("skipped %s: %s", source, e.strerror or e)
+            return report
+        report.files += 1
+        report.formats[fmt] = report.formats.get(fmt, 0) + 1
+        return report
+
+    # -- whole files ----------------------------------------------------------
+
+    def _ingest_whole(self, path, st, fmt, parser, fallback, report) -> None:
+        data = open_bytes(path)
+        if isinstance(parser, WholeParser):
+            ops = parser.parse(data)
+        else:  # a compressed line format: feed every line to a fresh parser
+            ops = []
+            lines = data.split(b"\n")
+            if lines and lines[-1] == b"":
+                lines.pop()
+            for line in lines:
+                ops.extend(parser.feed_line(line))
+        source = str(path)
+        with self.store.transaction():
+            # A whole file is the complete truth: rebuild its record set from scratch,
+            # but only rewrite records whose text changed.
+            records = self._apply(ops, {}, source)
+            stored = self.store.transcript_records(source)
+            gone = [doc_id for key, (doc_id, _, _) in stored.items() if key not in records]
+            report.records_removed += self.store.remove_documents(gone)
+            self._write_records(source, records, stored, fallback, report, force=False)
+            self._save_state(path, st, fmt, len(data), data[:HEAD_BYTES], parser, {}, report)
+
+    # -- appended files ---------------------------------------------------------
+
+    def _ingest_tail(self, path, st, fmt, parser: LineParser, row, head, fallback,
+                     report) -> None:
+        source = str(path)
+        offset, base = 0, {}
+        reset = False
+        if row is not None:
+            old_head_len = min(row["offset"], HEAD_BYTES)
+            reset = (st.st_size < row["offset"] or row["inode"] != st.st_ino
+                     or _sha(head[:old_head_len]) != row["head_sha256"])
+            if reset:
+                report.rewritten += 1
+                log.info("%s was rewritten or truncated: reading it again", source)
+            else:
+                offset, base = row["offset"], row
+                parser.load_state(json.loads(row["state"] or "{}"))
+        size = CHUNK_BYTES
+        with open(path, "rb") as f:
+            while True:
+                f.seek(offset)
+                chunk = f.read(size)
+                at_eof = len(chunk) < size
+                lines, consumed = _complete_lines(chunk, at_eof and parser.json_lines)
+                if consumed == 0 and not at_eof:  # one line longer than the chunk
+                    size *= 2
+                    continue
+                if consumed == 0 and not reset:
+                    break  # nothing complete yet: a partly written last line waits
+                with self.store.transaction():
+                    if reset:  # forgetting and re-reading commit together
+                        report.records_removed += self.store.forget_transcript(source)
+                        reset = False
+                    ops = []
+                    for line in lines:  # blank lines too: aider replies have paragraphs
+                        ops.extend(parser.feed_line(line))
+                    stored = self.store.transcript_records(source)
+                    records = self._apply(ops, stored, source)
+                    self._write_records(source, records, stored, fallback, report, force=True)
+                    offset += consumed
+                    f.seek(0)
+                    self._save_state(path, st, fmt, offset, f.read(min(offset, HEAD_BYTES)),
+                                     parser, base, report)
+                if at_eof:
+                    break
+
+    # -- shared -------------------------------------------------------------------
+
+    def _apply(self, ops, stored: dict, source: str) -> dict[str, dict | None]:
+        """Fold parser operations into ``key -> record`` (None = delete that record).
+
+        ``stored`` (key -> (doc id, ordinal, scope)) gives the ordinals of records
+        committed by earlier passes, which a Rewind and an Append may refer to.
+        """
+        records: dict[str, dict | None] = {}
+        next_ordinal = 1 + max((o for _, o, _ in stored.values() if o is not None), default=-1)
+
+        def ordinal_of(key):
+            rec = records.get(key)
+            if rec is not None:
+                return rec["ordinal"]
+            return stored[key][1] if key in stored else None
+
+        for op in ops:
+            if isinstance(op, Rewind):
+                cut = ordinal_of(op.key)
+                if cut is None:
+                    continue
+                # gemini-cli: $rewindTo drops the named message and everything after it.
+                for key in list(records):
+                    if records[key] is not None and records[key]["ordinal"] >= cut:
+                        records[key] = None
+                for key, (_, o, _) in stored.items():
+                    if o is not None and o >= cut and records.get(key, 0) is not None:
+                        records[key] = None
+                next_ordinal = cut
+                continue
+            rec = records.get(op.key)
+            if rec is None and isinstance(op, Append) and op.key in stored \
+                    and records.get(op.key, 0) is not None:
+                doc_id, o, _ = stored[op.key]
+                rec = {"text": self._stored_text(doc_id), "ordinal": o, "kind": op.kind,
+                       "cwd": op.cwd, "language_id": op.language_id}
+            if isinstance(op, Append) and rec is not None:
+                rec = dict(rec, text=rec["text"] + "\n" + op.text)
+            else:
+                ordinal = ordinal_of(op.key)
+                if ordinal is None or records.get(op.key, 0) is None:
+                    ordinal, next_ordinal = next_ordinal, next_ordinal + 1
+                rec = {"text": op.text, "ordinal": ordinal, "kind": op.kind, "cwd": op.cwd,
+                       "language_id": op.language_id}
+            if rec.get("language_id") is None and op.language_id:
+                rec["language_id"] = op.language_id
+            records[op.key] = rec
+        return records
+
+    def _stored_text(self, doc_id: int) -> str:
+        """The raw (pre-redaction) text is not kept; appending continues the stored one."""
+        return self.store.document_text(doc_id)
+
+    def _write_records(self, source, records, stored, fallback, report, force) -> None:
+        for key, rec in records.items():
+            old = stored.get(key)
+            if rec is None:
+                if old is not None:
+                    report.records_removed += self.store.remove_documents([old[0]])
+                continue
+            scope = self._scope(rec["cwd"], fallback)
+            content_hash = _sha(rec["text"].encode("utf-8", "surrogatepass"))
+            if old is not None:
+                if old[2] != scope:  # the record moved project: drop the old copy
+                    self.store.remove_documents([old[0]])
+                elif not force and self._hash_of(old[0]) == content_hash:
+                    continue
+            clean = redact(rec["text"])
+            report.redactions += clean.count
+            ids = self.tokenize(clean.text)
+            self.store.put_document(
+                scope=scope, path=f"{source}#{key}", source_kind="transcript",
+                language_id=_language(rec["kind"], rec["language_id"]),
+                content_hash=content_hash, num_bytes=len(clean.text.encode("utf-8", "replace")),
+                mtime_ns=0, text=clean.text, decoded_with_replacement=False,
+                fingerprint=self.fingerprint, token_ids=ids, source=source, record_key=key,
+                ordinal=rec["ordinal"], record_kind=rec["kind"], redactions=clean.count,
+            )
+            report.records_put += 1
+            report.tokens += len(ids)
+
+    def _hash_of(self, doc_id: int) -> str:
+        return self.store.db.execute(
+            "select content_hash from documents where id = ?", [doc_id]).fetchone()[0]
+
+    def _save_state(self, path, st, fmt, offset, head, parser, base, report) -> None:
+        """Persist the tailing state; the skip counters are cumulative over passes
+        (``base`` is the row this pass continued from, or {} when it started over)."""
+        source = str(path)
+        counters = {}
+        for name in ("skipped_malformed", "skipped_unknown", "skipped_duplicate",
+                     "dropped_blobs"):
+            now = getattr(parser.stats, name)
+            counters[name] = (base.get(name) or 0) + now
+            setattr(report, name, now)
+        records = self.store.db.execute(
+            "select count(*) from documents where source = ? and source_kind = 'transcript'",
+            [source]).fetchone()[0]
+        state = parser.state() if isinstance(parser, LineParser) else {}
+        self.store.save_transcript_state({
+            "path": source, "format": fmt, "offset": offset, "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
+            "head_sha256": _sha(head[:min(offset, HEAD_BYTES)]),
+            "state": json.dumps(state), "records": records,
+            "redactions": (base.get("redactions") or 0) + report.redactions,
+            "updated_utc": time.time(), **counters,
+        })
+
+    def _scope(self, cwd: str | None, fallback: str) -> str:
+        """The scope of a record: the git root of its ``cwd`` (as ``assistd index`` names
+        it), the ``cwd`` itself when that directory is not on this machine, else ``fallback``."""
+        if not cwd:
+            return fallback
+        if cwd not in self._scope_cache:
+            p = Path(cwd).expanduser()
+            self._scope_cache[cwd] = (str(find_repository_root(p)) if p.is_dir()
+                                      else os.path.normpath(cwd))
+        return self._scope_cache[cwd]
+
+
+def _complete_lines(chunk: bytes, at_eof: bool) -> tuple[list[bytes], int]:
+    """Split ``chunk`` into complete lines -> (lines without newlines, bytes consumed).
+
+    An unterminated last line counts as complete only at the end of the file and
+    only if it is already a whole JSON object (a writer mid-line has not closed it).
+
+    >>> _complete_lines(b'{"a":1}\\n{"b":', True)
+    ([b'{"a":1}'], 8)
+    >>> _complete_lines(b'{"a":1}\\n{"b":2}', True)
+    ([b'{"a":1}', b'{"b":2}'], 15)
+    """
+    end = chunk.rfind(b"\n") + 1
+    lines = chunk[:end].split(b"\n")[:-1] if end else []
+    rest = chunk[end:]
+    if at_eof and rest.strip().startswith(b"{"):
+        try:
+            whole = isinstance(json.loads(rest), dict)
+        except ValueError:
+            whole = False
+        if whole:
+            lines.append(rest)
+            end = len(chunk)
+    return lines, end
+
+
+def ingest_paths(store: HistoryStore, paths, tokenize, fingerprint,
+                 default_scope: str | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> TranscriptReport:
+    """Ingest transcript files and folders (walked recursively; each file's format is
+    detected from its content). Returns the summed report."""
+    ingester = TranscriptIngester(store, tokenize, fingerprint)
+    files = list(iter_transcript_files(paths))
+    total = TranscriptReport()
+    for n, f in enumerate(files, 1):
+        total.add(ingester.ingest(f, default_scope))
+        if progress is not None:
+            progress(n, len(files))
+    return total
+
+
+TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".zst", ".traj", ".md")
+
+
+def iter_transcript_files(paths):
+    """Files given, plus the candidate files under folders given (sorted, no symlinks
+    followed); candidates are those with a transcript-like suffix."""
+    for p in paths:
+        p = Path(p)
+        if p.is_file():
+            yield p
+        elif p.is_dir():
+            for dirpath, dirnames, filenames in os.walk(p, followlinks=False):
+                dirnames.sort()
+                for name in sorted(filenames):
+                    if name.endswith(TRANSCRIPT_SUFFIXES):
+                        full = Path(dirpath) / name
+                        if full.is_file() and not full.is_symlink():
+                            yield full

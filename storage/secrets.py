@@ -1,0 +1,977 @@
+"""Keep secrets out of the history: ``redact(text)`` replaces secret values with ``[REDACTED]``.
+
+Everything assistd stores (repository files, agent transcripts) passes through :func:`redact`
+first. The judge of what is a secret is Yelp's ``detect-secrets`` with its default plugin set
+(AWS, GitHub, GitLab, Slack, Stripe, OpenAI, JWT, private keys, basic auth in URLs, the keyword
+detector, high-entropy base64/hex strings, ...) and its default heuristic filters
+(``is_sequential_string``, ``is_potential_uuid``, ``is_likely_id_string``,
+``is_templated_secret``, ``is_prefixed_with_dollar_sign``, ``is_not_alphanumeric_string``,
+``is_indirect_reference``). The value is replaced, the line stays::
+
+    >>> r = redact('DB_HOST=db.internal\\nDB_PASSWORD=Wq7-hunter2-Zr\\n')
+    >>> r.text
+    'DB_HOST=db.internal\\nDB_PASSWORD=[REDACTED]\\n'
+    >>> r.count, r.kinds
+    (1, {'Secret Keyword': 1})
+
+Pipeline (offsets are UTF-8 byte offsets, ``surrogatepass``, so lone surrogates round-trip):
+
+1. **Prefilter** (:func:`candidate_lines`): C-speed scans (``bytes.translate`` + ``bytes.find``,
+   regexes that start with a literal) pick the lines that could hold a secret at all. Each scan
+   is a *necessary condition* of one detect-secrets plugin (or of the eager search below),
+   written out next to it, so the prefilter is never the reason a secret is missed:
+   ``redact(x) == redact(x, prefilter=False)`` (tested on every planted kind, and on ~120k
+   fuzzed inputs). On the standard library 0.24 % of the lines pass.
+2. **Detection** on each candidate line, and on its JSON-unescaped copy when it holds
+   backslash escapes (transcripts store ``\\"password\\": \\"...\\"`` and ``\\n``): every
+   default plugin but the private-key one (step 3), then the filters.
+3. **Private key blocks**: detect-secrets flags only the ``BEGIN ... PRIVATE KEY`` line; the
+   whole body up to the ``END`` line (or, without one, to the end of the base64 run) goes.
+4. **Replacement**: every occurrence of a found value on its line, and in the whole text for
+   token-like values (:func:`_token_like`), becomes ``[REDACTED]``; overlapping spans merge.
+   Rounds repeat until nothing more is found (idempotence). Text without findings is returned
+   as the same object: byte-identical, count 0.
+
+What detect-secrets alone misses or gets wrong, and what this module does about it:
+
+* ``GitHubTokenDetector``/``GitLabTokenDetector`` capture only the prefix (``ghp``, ``glpat``) in
+  their regex group, so the reported value is ``ghp``: the whole match is taken instead.
+* Fixed-length patterns stop inside longer real tokens (Stripe ``sk_live_`` + 24 of ~100
+  characters, OpenAI ``T3BlbkFJ`` + 20, the JWT pattern's lazy signature): a value that ends
+  on a token character is grown over the rest of the token.
+* Unquoted ``KEY=value`` (``.env``, ``export``, ``docker -e``) and YAML ``key: value`` are not
+  keyword-scanned for unknown file types (quotes required), and JSON-escaped
+  ``\\"password\\": \\"x\\"`` never: such lines get the keyword plugin's own config-file
+  regexes, and the unescaped copy of the line is scanned.
+* ``is_indirect_reference`` drops *every* finding on a line like
+  ``client = OpenAI(api_key="sk-...")``; here it applies only to unquoted keyword values, its
+  purpose (``password = get_password()``).
+* ``is_likely_id_string`` looks at the whole line: one ``"session_id"`` early in a JSON
+  transcript line hid every later keyword/entropy secret. It sees the value's own
+  ``,``/``;``/``{``/``&``-delimited segment instead.
+* The keyword plugin reports the first match per regex and line: found values are masked and
+  the line rescanned until nothing new turns up.
+* Bearer tokens and unquoted ``TOKEN=...`` values are high-entropy but unquoted: within
+  :data:`EAGER_REACH_CHARS` after a hint word (token, bearer, auth, credential, secret, passw,
+  pwd, api/access/private key) the entropy plugins also run in detect-secrets' "eager"
+  (unquoted) mode, with the plugin's entropy limit (``scan_line`` itself skips the limit).
+* ``# pragma: allowlist secret`` is not honoured: a comment in someone's repository does not
+  make a value safe to keep in assistd's history.
+* ``BEGIN ENCRYPTED PRIVATE KEY`` (PKCS#8) is not in the private-key plugin's list; every
+  ``BEGIN ... PRIVATE KEY`` block (and PuTTY key file) is redacted.
+* ``IPPublicDetector`` is not run: the default ``is_not_alphanumeric_string`` filter drops every
+  IPv4 value (no letter), so detect-secrets keeps public IPs too.
+
+Still missed (no plugin or no context for them): low-entropy passwords in unquoted lowercase
+``password = value`` lines, and YAML ``password: plainword`` values without a digit or symbol,
+of unknown file type (pass ``filename="x.ini"``/``"x.yaml"`` to get them),
+``.netrc``/``.pgpass`` lines, and token formats detect-secrets has no plugin for
+(``github_pat_...`` is caught only as a high-entropy string).
+
+Throughput (``benchmarks/secrets_throughput.py``, one core of this machine, CPython 3.11):
+
+=========================================  =========  =====================================
+corpus                                     MB/s       how
+=========================================  =========  =====================================
+stdlib ``*.py`` (1790 files, 31.5 MB)      22-28      ``redact`` (prefilter)
+site-packages ``*.py`` (13647, 210 MB)     22-25      ``redact`` (prefilter)
+1.5 MB spread of the stdlib                1.0-1.4    ``redact(prefilter=False)``, same output
+same subset                                0.11       detect-secrets' own line scan, no replace
+=========================================  =========  =====================================
+
+False positives, all counted in ``count``: 11.7 redactions per MB of stdlib (hex digests in
+hashlib/hmac tests 10.0, base64 test vectors 0.7, keyword 0.7, ``user:pass@`` URLs 0.3); 3.8 per
+MB of site-packages.
+
+No secret value is ever logged or put in an exception message by this module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+
+from assistd.errors import AssistdError
+
+REDACTED = "[REDACTED]"
+MIN_GLOBAL_CHARS = 8  # token-like values this long are replaced everywhere in the text
+WINDOW_CHARS = 4096  # the keyword plugin runs on windows of long lines ...
+WINDOW_OVERLAP_CHARS = 512  # ... overlapping by this much (keyword and value kept whole)
+MAX_ROUNDS = 4  # detect-and-replace rounds until the text stands still
+MAX_KEYWORD_PASSES = 16  # mask-and-rescan rounds for the keyword detector on one line
+EAGER_REACH_CHARS = 64  # an unquoted value counts when it starts this close after a hint word
+
+@dataclass(frozen=True)
+class Redaction:
+    """The text with every detected secret value replaced by :data:`REDACTED`.
+
+    ``count`` is the number of replaced spans; ``kinds`` maps the detect-secrets plugin
+    ``secret_type`` (e.g. ``"AWS Access Key"``, ``"Secret Keyword"``) to its share of ``count``.
+    """
+
+    text: str
+    count: int
+    kinds: dict[str, int]
+
+
+def redact(text: str, *, filename: str = "", prefilter: bool = True) -> Redaction:
+    """Replace every secret value in ``text`` with ``[REDACTED]``.
+
+    ``filename`` is optional: with it, the keyword detector uses detect-secrets' per-file-type
+    rules (``.py`` needs quoted values; ``.yaml``/``.ini``/``.toml``/``.env`` take unquoted
+    ones). Without it, quoted values everywhere plus unquoted ones on ``NAME=value`` and
+    ``key: value`` lines. ``prefilter=False`` runs detect-secrets on every line (same result,
+    ~20x slower; for benchmarks and tests of the prefilter).
+
+    >>> redact('token = "ghp_' + 'Zx8Kq2Lm9Pw4Rt6Yu1Io3As5Df7Gh0Jk8Lz2V"').text
+    'token = "[REDACTED]"'
+    >>> redact("print('hello')\\n").count
+    0
+    """
+    try:
+        return _redact(text, filename, prefilter)
+    except Exception as exc:  # noqa: BLE001 - the message must not carry the text
+        failure = type(exc).__name__
+    # Raised outside the handler, so the original exception (whose message or locals could
+    # quote the text) is neither chained nor printed.
+    size = len(text) if isinstance(text, str) else "?"
+    raise AssistdError(
+        f"secrets filter failed ({failure}) on a text of {size} characters; the text is "
+        "deliberately not shown. Report it as an assistd bug, with the file type"
+    )
+
+
+def _redact(text: str, filename: str, prefilter: bool) -> Redaction:
+    mode = _keyword_mode(filename)
+    count = 0
+    kinds: dict[str, int] = {}
+    # A replacement can change what the detectors see next to it (a token that ran into a
+    # longer one now ends at "[REDACTED]"), so rounds repeat until the text stands still:
+    # that makes redact(redact(x).text).text == redact(x).text.
+    for _ in range(MAX_ROUNDS):
+        data = text.encode("utf-8", "surrogatepass")
+        spans = _find_spans(data, mode, prefilter)
+        if not spans:
+            break
+        text, n, round_kinds = _apply(data, spans)
+        count += n
+        for kind, k in round_kinds.items():
+            kinds[kind] = kinds.get(kind, 0) + k
+    return Redaction(text, count, kinds)
+
+
+def _token_like(value: str) -> bool:
+    """Replace this value wherever it appears? Long, no spaces (those are artefacts of greedy
+    patterns, "pw rest-of-line"), and two character classes: ``hunter2-x9`` yes, a plain word
+    like ``password`` (a keyword false positive) only on its own line.
+
+    >>> [_token_like(v) for v in ("Summer2024-db", "password", "hunter2 and more")]
+    [True, False, False]
+    """
+    if len(value) < MIN_GLOBAL_CHARS or any(c.isspace() for c in value):
+        return False
+    classes = (any(c.islower() for c in value) + any(c.isupper() for c in value)
+               + any(c.isdigit() for c in value) + any(not c.isalnum() for c in value))
+    return classes >= 2
+
+
+def _find_spans(data: bytes, mode, prefilter: bool) -> list[tuple[int, int, int, str]]:
+    """One round: the byte spans ``(start, end, rank, kind)`` of every secret value."""
+    if not data:
+        return []
+    low = data.lower()
+    det = _detector()
+    spans: list[tuple[int, int, int, str]] = []
+    spans.extend(_private_key_spans(data, low))
+    global_values: dict[str, tuple[int, str, int, int]] = {}  # value -> rank, kind, its line
+    for start, end in candidate_lines(data, low) if prefilter else all_lines(data):
+        line = data[start:end].decode("utf-8", "surrogatepass")
+        found = det.scan_line(line, mode)
+        for value, (rank, kind) in found.items():
+            if _token_like(value):
+                old = global_values.get(value)
+                if old is None or rank < old[0]:
+                    global_values[value] = (rank, kind, start, end)
+                continue
+            located = _locate_short(value, data, start, end)
+            # Never seen: found values are substrings of the line or of its unescaped copy,
+            # which _raw_pattern maps back. Should it fail, the whole line goes.
+            for s, e in located or [(start, end)]:
+                spans.append((s, e, rank, kind))
+    for value, (rank, kind, start, end) in global_values.items():
+        for s, e in _locate_all(value, data) or [(start, end)]:
+            spans.append((s, e, rank, kind))
+    return spans
+
+
+# ----------------------------------------------------------------------------- prefilter
+#
+# Necessary conditions, one per default detect-secrets plugin (or group of plugins), each noted
+# next to its scan. They run on the UTF-8 bytes; ``low`` is the ASCII-lowercased copy for the
+# case-insensitive plugins. Python's re.IGNORECASE also folds four non-ASCII characters onto
+# ASCII letters (U+0130, U+0131, U+017F long s, U+212A Kelvin); a line holding one of them is
+# always a candidate. Speed comes from scans that C does alone: every regex starts with a
+# literal (re's fast prefix search; alternations with different first characters are ~20x
+# slower), and the quoted-run scans use ``bytes.translate`` + ``bytes.find``. Each scan costs
+# about 1 ms per MB.
+
+_B64_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/\\=_-"
+_HEX_CHARS = b"0123456789abcdefABCDEF"
+
+
+def _class_table(members: bytes, mark: bytes) -> bytes:
+    table = bytearray(b" " * 256)
+    for b in members:
+        table[b] = mark[0]
+    table[ord("'")] = table[ord('"')] = ord('"')
+    return bytes(table)
+
+
+# The entropy plugins. Base64HighEntropyString's charset is letters, digits and ``+/\-_=`` (sic,
+# the backslash is in it), HexHighEntropyString's is ``0-9a-fA-F``. Shannon entropy is at most
+# log2(number of distinct characters), so a value above the 4.5 (3.0) bit limit has at least 23
+# (9) distinct characters; quoted values sit in a maximal run right after a quote. The eager
+# (unquoted) search needs such a run anywhere on a line that has a hint word.
+_B64_TABLE = _class_table(_B64_CHARS, b"a")
+_HEX_TABLE = _class_table(_HEX_CHARS, b"h")
+_B64_MIN_DISTINCT = 23
+_HEX_MIN_DISTINCT = 9
+_B64_RUN_RX = re.compile(rb"[A-Za-z0-9+/\\=_-]{23,}")
+_HEX_RUN_RX = re.compile(rb"[0-9a-fA-F]{9,}")
+
+# Eager-entropy hint words (the detection side uses the same words, case-insensitively).
+_HINT = r"token|bearer|auth|credential|secret|passw|pwd|api[_-]?key|access[_-]?key|private[_-]?key"
+
+# The assignment of a long value, as built by RegexBasedDetector.build_assignment_regex
+# (Cloudant, IBM Cloud IAM, SoftLayer): keyword, optional quote/bracket, ``=|:|:=|=>| +|::``,
+# optional quote, a value of 24+ characters. Backslashes allowed for JSON-escaped quotes.
+_ASSIGN_LONG = rb"""(?=[\\"'\]]{0,6}[ =:>]+[\\"']{0,6}[a-z0-9_-]{24})"""
+_KEY_WORDS = (b"api", b"auth", b"service", b"account", b"db", b"database", b"priv", b"private",
+              b"client")
+
+_HINT_KEY = (b"(?P<hint>(?<=api-key)|(?<=access_key)|(?<=accesskey)|(?<=access-key)"
+             b"|(?<=private-key))")
+# (regex starting with a literal, runs on the lowered copy?, needs a run?). A line matched only
+# through a "needs a run" scan or a ``(?P<hint>...)`` group matters only to the eager entropy
+# search: it is a candidate when it also holds a run with enough distinct characters.
+_SCANS: tuple[tuple[re.Pattern, bool, bool], ...] = (
+    # KeywordDetector DENYLIST api_?key ... client_?key; AzureStorageKeyDetector "AccountKey=";
+    # PrivateKeyDetector "BEGIN ... PRIVATE KEY", "PuTTY-User-Key-File-2"; long assignments;
+    # hint words api-key, access_key, private-key; StripeDetector [rs]k_live_.
+    (re.compile(
+        b"k(?:ey(?:"
+        + b"|".join(b"(?<=%skey)|(?<=%s_key)" % (w, w) for w in _KEY_WORDS)
+        + b"|(?<=private key)|(?<=putty-user-key)|" + _ASSIGN_LONG + b"|" + _HINT_KEY + b")"
+        + b"|_live_)"), True, False),
+    # DENYLIST db_?pass, database_?pass, key_?pass, password, passwd, pwd; long assignments.
+    (re.compile(
+        b"p(?:ass(?:w|(?<=dbpass)|(?<=db_pass)|(?<=basepass)|(?<=base_pass)|(?<=keypass)"
+        b"|(?<=key_pass)|" + _ASSIGN_LONG + b")|w(?:d|" + _ASSIGN_LONG + b"))"), True, False),
+    # DENYLIST secret (IbmCosHmacDetector secret_access_key too); SquareOAuthDetector sq0csp-.
+    (re.compile(b"s(?:ecret|q0csp-)"), True, False),
+    # DENYLIST contraseña / contrasena; hint word credential.
+    (re.compile(b"c(?:ontrase|(?P<hint>redential))"), True, False),
+    (re.compile(b"xox"), True, False),  # SlackDetector token (case-insensitive)
+    # BasicAuthDetector and Cloudant URLs ://user:pass@ (JSON may write :\/\/); NpmDetector
+    # "/:_authToken"; SlackDetector webhook; SoftlayerDetector "://api.softlayer.com" (its
+    # dots are any character).
+    (re.compile(rb"/(?:[^\s/@]+@|:_authtoken|hooks\.slack\.com|api.softlayer.com)"), True, False),
+    # Hint words; "token" also covers the Cloudant/IBM/SoftLayer "token" assignments (their
+    # 24+ character value is a long run).
+    (re.compile(b"token"), True, True),
+    (re.compile(b"bearer"), True, True),
+    (re.compile(b"auth"), True, True),
+    # Case-sensitive token formats, on the original bytes. AWSKeyDetector (A3T./ABIA/ACCA/AKIA/
+    # ASIA + 16), ArtifactoryDetector (AKC + 10, AP[\dA-F] + 8, \d may be a non-ASCII digit),
+    # TwilioKeyDetector AC + 32, PypiTokenDetector "pypi-AgE".
+    (re.compile(
+        rb"A(?:(?:3T[A-Z0-9]|BIA|CCA|KIA|SIA)[0-9A-Z]{16}|KC[a-zA-Z0-9]{10}"
+        rb"|P(?:[0-9A-F]|[\x80-\xff]{2,4})[a-zA-Z0-9]{8}|C[a-z0-9]{32}|gE(?<=pypi-AgE))"),
+     False, False),
+    (re.compile(rb"S(?:K[a-z0-9]{32}|G\.)"), False, False),  # TwilioKeyDetector, SendGridDetector
+    # JwtTokenDetector "eyJ"; OpenAIDetector "T3BlbkFJ" (in every key).
+    (re.compile(rb"J(?:(?<=eyJ)|(?<=T3BlbkFJ))"), False, False),
+    (re.compile(b"GR1348941"), False, False),  # GitLabTokenDetector runner token
+    # GitHubTokenDetector gh[pousr]_, GitLabTokenDetector gl...-.
+    (re.compile(rb"g(?:h[pousr]_|l(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-)"), False, False),
+    (re.compile(rb"-us[0-9]"), False, False),  # MailchimpDetector
+    (re.compile(rb":[0-9A-Za-z_-]{35}"), False, False),  # TelegramBotTokenDetector \d{8,10}:
+    # DiscordBotTokenDetector [MNO]x{23,25}.x{6}.x{27} with x = [A-Za-z\d_-] (\d: any digit).
+    (re.compile(rb"\.[a-zA-Z0-9_\x80-\xff-]{6,24}\.[a-zA-Z0-9_\x80-\xff-]{27}"), False, False),
+    # IPPublicDetector has no scan: is_not_alphanumeric_string drops all its values (no letter).
+)
+_FOLDING_BYTES = tuple(c.encode() for c in ("\u0130", "\u0131", "\u017f", "\u212a"))  # İ ı ſ K
+
+
+def candidate_lines(data: bytes, low: bytes | None = None) -> list[tuple[int, int]]:
+    """Byte ranges ``[start, end)`` of the lines (without ``\\n``) that may hold a secret.
+
+    >>> candidate_lines(b'x = 1\\napi_key = "abc"\\ny = 2\\n')
+    [(6, 21)]
+    """
+    if low is None:
+        low = data.lower()
+    starts: set[int] = set()
+    _mark_quoted_runs(data.translate(_B64_TABLE), b"a", _B64_MIN_DISTINCT, data, starts)
+    _mark_quoted_runs(data.translate(_HEX_TABLE), b"h", _HEX_MIN_DISTINCT, data, starts)
+    for rx, lowered, needs_run in _SCANS:
+        _mark_regex(rx, low if lowered else data, data, starts, needs_run)
+    for needle in _FOLDING_BYTES:
+        if needle in data:
+            _mark_regex(re.compile(re.escape(needle)), data, data, starts, False)
+    out = []
+    for s in sorted(starts):
+        e = data.find(b"\n", s)
+        out.append((s, len(data) if e < 0 else e))
+    return out
+
+
+def all_lines(data: bytes) -> list[tuple[int, int]]:
+    """Byte ranges of every line (no prefilter).
+
+    >>> all_lines(b"a\\nbc\\n")
+    [(0, 1), (2, 4), (5, 5)]
+    """
+    out = []
+    start = 0
+    while True:
+        nl = data.find(b"\n", start)
+        if nl < 0:
+            out.append((start, len(data)))
+            return out
+        out.append((start, nl))
+        start = nl + 1
+
+
+def _line_of(data: bytes, pos: int) -> tuple[int, int]:
+    s = data.rfind(b"\n", 0, pos) + 1
+    e = data.find(b"\n", pos)
+    return s, len(data) if e < 0 else e
+
+
+def _mark_regex(rx: re.Pattern, buf: bytes, data: bytes, starts: set[int], needs_run: bool) -> None:
+    hinted = "hint" in rx.groupindex
+    no_run_line = -1  # start of the last line found to have no long run
+    m = rx.search(buf)
+    while m is not None:
+        s, e = _line_of(data, m.start())
+        weak = needs_run or (hinted and m.group("hint") is not None)
+        if s not in starts and weak:
+            if s != no_run_line and _has_long_run(data[s:e]):
+                starts.add(s)
+            else:
+                no_run_line = s  # a strong match later on this line still counts
+                m = rx.search(buf, m.end())
+                continue
+        starts.add(s)
+        if e >= len(data):
+            return
+        m = rx.search(buf, e + 1)
+
+
+def _has_long_run(line: bytes) -> bool:
+    """A run that the eager entropy search could flag (enough distinct characters)."""
+    for rx, min_distinct in ((_B64_RUN_RX, _B64_MIN_DISTINCT), (_HEX_RUN_RX, _HEX_MIN_DISTINCT)):
+        for m in rx.finditer(line):
+            if len(set(m.group())) >= min_distinct:
+                return True
+    return False
+
+
+def _mark_quoted_runs(buf: bytes, mark: bytes, min_distinct: int, data: bytes,
+                      starts: set[int]) -> None:
+    """Lines with a quote followed by a run of ``min_distinct`` distinct charset characters.
+
+    ``buf`` is ``data`` translated: charset bytes -> ``mark``, quotes -> ``"``, others -> space.
+    """
+    needle = b'"' + mark * min_distinct
+    run = re.compile(re.escape(mark) + b"*")
+    pos = buf.find(needle)
+    while pos >= 0:
+        end = run.match(buf, pos + 1).end()
+        if len(set(data[pos + 1:end])) >= min_distinct:
+            s, e = _line_of(data, pos)
+            starts.add(s)
+            if e >= len(data):
+                return
+            pos = buf.find(needle, e + 1)
+        else:
+            pos = buf.find(needle, end)
+
+
+# ----------------------------------------------------------------------------- detection
+
+_RANK_PRIVATE_KEY = 0  # kind of a merged span: the lowest rank wins
+_RANK_SPECIFIC = 1  # token-format plugins (AWS, GitHub, Slack, JWT, basic auth, ...)
+_RANK_KEYWORD = 2
+_RANK_ENTROPY = 3
+
+# Cheap necessary conditions for the plugins whose patterns have no literal prefix (slow on
+# long lines): (view, view.lower()) -> may the plugin match? Skipped when the view holds one of
+# the characters re.IGNORECASE folds onto ASCII letters.
+_PLUGIN_GATES = {
+    "ArtifactoryDetector": lambda v, low: "AKC" in v or "AP" in v,
+    "CloudantDetector": lambda v, low: "cl" in low,  # cl|clou|cloudant ..., cloudant.com URLs
+    "IbmCloudIamDetector": lambda v, low: "key" in low or "pw" in low or "pass" in low
+    or "token" in low,
+    "IbmCosHmacDetector": lambda v, low: "secret" in low,
+    "SoftlayerDetector": lambda v, low: "sl" in low,  # softlayer|sl ..., api.softlayer.com
+    "MailchimpDetector": lambda v, low: "-us" in v,
+    "TelegramBotTokenDetector": lambda v, low: ":" in v,
+    "SlackDetector": lambda v, low: "xox" in low or "hooks" in low,
+    "StripeDetector": lambda v, low: "k_live_" in v,
+    "AzureStorageKeyDetector": lambda v, low: "AccountKey=" in v,
+    "DiscordBotTokenDetector": lambda v, low: "." in v,
+    "NpmDetector": lambda v, low: "_authToken" in v,
+}
+_FOLDING_CHARS = ("\u0130", "\u0131", "\u017f", "\u212a")
+
+_ESCAPE = re.compile(r"\\([\"'\\/nrt])")
+_ESCAPED = {"n": "\n", "r": "\r", "t": "\t"}
+_ESCAPE_SPLIT = re.compile(r"\\(?:u[0-9a-fA-F]{4}|[\"'\\/nrtbf])")
+_QUOTES = "\"'`"
+# Env-style assignment anywhere: upper-case NAME immediately followed by "=" (.env, export,
+# docker -e, Makefiles). YAML-style "key: value": see _yaml_like.
+_ENV_LINE = re.compile(r"(?:^|[\s;])(?:export\s+)?[A-Z_][A-Z0-9_]*=[^=\s]")
+_YAML_SYMBOLS = frozenset("-+/=@#%^&*!~$?")
+_YAML_KEY = re.compile(r"\s*(?:-\s+)?[\"']?[A-Za-z_][\w.-]*[\"']?\s*:\s+")
+_HINT_STR = re.compile(_HINT, re.IGNORECASE)
+_SEGMENT_DELIMS = ",;{&\n"
+
+_MODE_DEFAULT = "default"
+
+
+def _keyword_mode(filename: str):
+    """The keyword regex set(s) for a file name: detect-secrets' mapping, or the default mode."""
+    if not filename:
+        return _MODE_DEFAULT
+    from detect_secrets.plugins import keyword as kw
+    from detect_secrets.util.filetype import determine_file_type
+
+    base = os.path.basename(filename)
+    if base.startswith(".env") or base.endswith(".env"):
+        return (kw.CONFIG_DENYLIST_REGEX_TO_GROUP,)
+    regexes = kw.REGEX_BY_FILETYPE.get(determine_file_type(filename))
+    return (regexes,) if regexes is not None else _MODE_DEFAULT
+
+
+class _Detector:
+    """The default detect-secrets plugins, instantiated once, and the per-line scan."""
+
+    def __init__(self) -> None:
+        from detect_secrets.filters import heuristic
+        from detect_secrets.plugins import keyword as kw
+        from detect_secrets.plugins.base import RegexBasedDetector
+        from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
+        from detect_secrets.plugins.ip_public import IPPublicDetector
+        from detect_secrets.plugins.keyword import KeywordDetector
+        from detect_secrets.plugins.private_key import PrivateKeyDetector
+        from detect_secrets.settings import default_settings, get_plugins
+
+        with default_settings():
+            plugins = list(get_plugins())
+        self.h = heuristic
+        self.quotes_required = kw.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP
+        self.config = kw.CONFIG_DENYLIST_REGEX_TO_GROUP
+        self.keyword = None
+        self.entropy: list = []  # (plugin, unquoted regex, min length)
+        self.regex: list = []  # (plugin, rank, uses own analyze_string, gate or None)
+        for p in plugins:
+            if isinstance(p, PrivateKeyDetector):
+                continue  # whole blocks: _private_key_spans
+            if isinstance(p, KeywordDetector):
+                self.keyword = p
+            elif isinstance(p, HighEntropyStringsPlugin):
+                unquoted = re.compile("[%s]+" % re.escape(p.charset))
+                # Shannon entropy <= log2(len): shorter strings cannot pass the limit.
+                self.entropy.append((p, unquoted, int(2 ** p.entropy_limit) + 1))
+            elif isinstance(p, IPPublicDetector):
+                continue  # is_not_alphanumeric_string drops every IPv4 value (no letter)
+            elif isinstance(p, RegexBasedDetector):
+                own = type(p).analyze_string is not RegexBasedDetector.analyze_string
+                gate = _PLUGIN_GATES.get(type(p).__name__)
+                self.regex.append((p, _RANK_SPECIFIC, own, gate))
+            # Any other plugin kind (none by default) would need its own handling.
+
+    # -- filters (detect-secrets' defaults; see the module docstring for the two changes)
+    def _keep(self, value: str, plugin, line: str) -> bool:
+        h = self.h
+        return not (
+            not value.strip()
+            or REDACTED in value
+            or h.is_sequential_string(value)
+            or h.is_potential_uuid(value)
+            or h.is_templated_secret(value)
+            or h.is_prefixed_with_dollar_sign(value)
+            or h.is_not_alphanumeric_string(value)
+            or h.is_likely_id_string(value, _segment(line, value), plugin)
+        )
+
+    def scan_line(self, line: str, mode) -> dict[str, tuple[int, str]]:
+        """Secret values on one raw line -> (rank, secret_type)."""
+        found: dict[str, tuple[int, str]] = {}
+        for view in _views(line):
+            self._scan_view(view, mode, found)
+        return found
+
+    def _add(self, found, value: str, rank: int, kind: str) -> None:
+        old = found.get(value)
+        if old is None or rank < old[0]:
+            found[value] = (rank, kind)
+
+    def _scan_view(self, view: str, mode, found) -> None:
+        low = view.lower()
+        folded = any(c in view for c in _FOLDING_CHARS)
+        for plugin, rank, own, gate in self.regex:
+            if gate is not None and not folded and not gate(view, low):
+                continue
+            kind = plugin.secret_type
+            if own:
+                values = _own_values(plugin, view)
+            else:
+                values = (_regex_value(m) for rx in plugin.denylist for m in rx.finditer(view))
+            for v in values:
+                v = _trim(v)
+                if v and self._keep(v, plugin, view):
+                    self._add(found, v, rank, kind)
+        hints = _hint_ends(view, low, folded)
+        for plugin, unquoted, min_len in self.entropy:
+            kind = plugin.secret_type
+            # Quoted values (detect-secrets' own search), cut at escape sequences: in a raw
+            # JSON line "a\\nb" is two lines glued together.
+            values = [p.rstrip("\\") for v in plugin.analyze_string(view)
+                      for p in _ESCAPE_SPLIT.split(v)]
+            if hints:
+                values.extend(_eager_values(view, unquoted, hints))
+            for v in values:
+                if (
+                    len(v) >= min_len
+                    and plugin.calculate_shannon_entropy(v) > plugin.entropy_limit
+                    and self._keep(v, plugin, view)
+                ):
+                    self._add(found, v, _RANK_ENTROPY, kind)
+        for window in _windows(view):
+            if _may_have_keyword(window):
+                self._scan_keyword(window, mode, found)
+
+    def _scan_keyword(self, view: str, mode, found) -> None:
+        kwd = self.keyword
+        if kwd is None:
+            return
+        if mode == _MODE_DEFAULT:
+            sets = [self.quotes_required]
+            if _ENV_LINE.search(view) or _yaml_like(view):
+                sets.append(self.config)
+        else:
+            sets = list(mode)
+        kind = kwd.secret_type
+        work = view
+        seen: set[str] = set()
+        # Each regex reports its first match only: mask what it found (kept or filtered out)
+        # and ask again, until a pass brings nothing new.
+        for _ in range(MAX_KEYWORD_PASSES):
+            fresh = []
+            for regexes in sets:
+                for raw in kwd.analyze_string(work, denylist_regex_to_group=regexes):
+                    fresh.extend(v for v in _pieces(raw) if v not in seen)
+            if not fresh:
+                return
+            for v in fresh:
+                seen.add(v)
+                idx = work.find(v)
+                quoted = idx > 0 and work[idx - 1] in _QUOTES
+                if self._keep(v, kwd, work) and (
+                    quoted or not self.h.is_indirect_reference(_segment(work, v))
+                ):
+                    self._add(found, v, _RANK_KEYWORD, kind)
+            for v in sorted(fresh, key=len, reverse=True):
+                work = work.replace(v, REDACTED)
+
+
+def _yaml_like(view: str) -> bool:
+    """``key: value`` as a whole line, the value one unquoted word that has a digit or a symbol:
+    YAML ``password: hunter2``, not Python ``password: str`` or ``password: bytes | None``.
+
+    >>> [_yaml_like(v) for v in ("  password: hunter2", "password: str", "password: x,")]
+    [True, False, False]
+    """
+    m = _YAML_KEY.match(view)
+    if m is None:
+        return False
+    value = view[m.end():].rstrip()
+    return (
+        bool(value)
+        and value[0] not in "\"'([{&*|>#!"
+        and value[-1] not in ",;([{\\"
+        and not any(c.isspace() for c in value)
+        and any(c.isdigit() or c in _YAML_SYMBOLS for c in value)
+    )
+
+
+def _views(line: str) -> list[str]:
+    """The line's sub-lines, raw and JSON-unescaped (up to three levels), without duplicates.
+
+    >>> _views('{"content": "A=1\\\\nB=\\\\"2\\\\""}')
+    ['{"content": "A=1\\\\nB=\\\\"2\\\\""}', '{"content": "A=1', 'B="2""}']
+    """
+    parts = line.splitlines() or [line]
+    level = line
+    for _ in range(3):  # JSON in JSON in JSON at most
+        if "\\" not in level:
+            break
+        nxt = _ESCAPE.sub(lambda m: _ESCAPED.get(m.group(1), m.group(1)), level)
+        if nxt == level:
+            break
+        parts.extend(nxt.splitlines())
+        level = nxt
+    out: list[str] = []
+    seen: set[str] = set()
+    for part in parts:
+        part = part.rstrip()
+        if part and part not in seen:
+            seen.add(part)
+            out.append(part)
+    return out
+
+
+_HINT_WORDS = ("token", "bearer", "auth", "credential", "secret", "passw", "pwd", "apikey",
+               "api_key", "api-key", "accesskey", "access_key", "access-key", "privatekey",
+               "private_key", "private-key")  # _HINT spelled out
+
+
+def _hint_ends(view: str, low: str, folded: bool) -> list[int]:
+    """Sorted end offsets of the hint words in ``view`` (``low`` is ``view.lower()``).
+
+    >>> _hint_ends("X_API_KEY=1 token", "x_api_key=1 token", False)
+    [9, 17]
+    """
+    if folded:  # str.lower() may change lengths; let the regex fold instead
+        return [m.end() for m in _HINT_STR.finditer(view)]
+    ends = []
+    for word in _HINT_WORDS:
+        i = low.find(word)
+        while i >= 0:
+            ends.append(i + len(word))
+            i = low.find(word, i + 1)
+    return sorted(ends)
+
+
+def _may_have_keyword(text: str) -> bool:
+    """Every KeywordDetector DENYLIST word holds key, pass, pwd, secret or contrase (any case,
+    with re.IGNORECASE's folding of long s, dotless i and the Kelvin sign).
+
+    >>> _may_have_keyword("DB_PASSWORD=x"), _may_have_keyword("user = 'ada'")
+    (True, False)
+    """
+    low = text.lower()
+    return ("key" in low or "pass" in low or "pwd" in low or "secret" in low
+            or "contrase" in low or "\u017f" in low or "\u0131" in low or "\u0130" in text)
+
+
+def _windows(view: str) -> list[str]:
+    """Overlapping windows of a long view for the keyword plugin, whose greedy patterns are
+    slow on long lines (the token and entropy plugins see the whole view)."""
+    if len(view) <= WINDOW_CHARS:
+        return [view]
+    step = WINDOW_CHARS - WINDOW_OVERLAP_CHARS
+    return [view[i:i + WINDOW_CHARS] for i in range(0, len(view) - WINDOW_OVERLAP_CHARS, step)]
+
+
+def _eager_values(view: str, unquoted: re.Pattern, hint_ends: list[int]) -> list[str]:
+    """Unquoted charset runs that start within :data:`EAGER_REACH_CHARS` after a hint word,
+    cut at escape sequences and at the first inner ``=`` (``NAME=value`` is one base64 run;
+    padding only ends a value).
+
+    >>> rx = re.compile(r"[A-Za-z0-9+/=_-]+")
+    >>> _eager_values("export API_TOKEN=abc==", rx, [16])
+    ['abc==']
+    """
+    out = []
+    done = 0  # the view up to here has been cut into values already
+    for h in hint_ends:
+        pos = max(h, done)
+        while pos <= h + EAGER_REACH_CHARS:
+            m = unquoted.search(view, pos, len(view))
+            if m is None or m.start() > h + EAGER_REACH_CHARS:
+                break
+            start = m.start()
+            for piece in _ESCAPE_SPLIT.split(m.group().rstrip("\\")):
+                name, eq, value = piece.partition("=")
+                for sub in ([name, value] if eq and value.strip("=") else [piece]):
+                    if sub and start >= h:
+                        out.append(sub)
+                    start += len(sub) + 1
+            pos = done = m.end()
+    return out
+
+
+def _regex_value(m: re.Match) -> str:
+    """The secret in one match of a RegexBasedDetector pattern, grown to the whole token.
+
+    The plugin's own ``analyze_string`` yields the capture groups. For most plugins the group
+    is the value (``://user:(pass)@``, ``aws...key...'(40)'``), but GitHub and GitLab capture
+    only the prefix (``(ghp|gho|...)_...``): a group that starts the match, or that the match
+    continues past with more token characters, is a prefix, and the whole match is taken.
+    Fixed-length patterns stop inside longer real tokens (``sk_live_`` + 24, while Stripe keys
+    run to ~100 characters; OpenAI ``...T3BlbkFJ`` + 20): a value that ends the match on a token
+    character runs on over ``[A-Za-z0-9_-]``.
+
+    >>> import re
+    >>> _regex_value(re.search(r'(ghp|gho)_[a-z]{4}', 'x ghp_abcd y'))
+    'ghp_abcd'
+    >>> _regex_value(re.search(r'://[^:@]+:([^:@]+)@', 'https://me:pw@host'))
+    'pw'
+    >>> _regex_value(re.search(r'sk_live_[a-z]{4}', 'k=sk_live_abcdefgh z'))
+    'sk_live_abcdefgh'
+    """
+    string = m.string
+    groups = [i for i in range(1, (m.re.groups or 0) + 1) if m.group(i)]
+    start, end = m.span()
+    if groups:
+        best = max(groups, key=lambda i: m.end(i) - m.start(i))
+        g_start, g_end = m.span(best)
+        prefix = (g_start == start and g_end < end) or (g_end < end and _token_char(string[g_end]))
+        if not prefix:
+            start, end = g_start, g_end
+    return string[start:_grow(string, start, end, m.end())]
+
+
+def _token_char(c: str) -> bool:
+    return c.isascii() and (c.isalnum() or c in "_-")
+
+
+def _grow(string: str, start: int, end: int, match_end: int) -> int:
+    """Extend ``[start, end)`` over following token characters when it ends the match on one."""
+    if end == match_end and end > start and _token_char(string[end - 1]):
+        while end < len(string) and _token_char(string[end]):
+            end += 1
+    return end
+
+
+_JWT_TAIL = re.compile(r"[A-Za-z0-9_\-.+/=]*")
+
+
+def _own_values(plugin, view: str) -> list[str]:
+    """Values of a plugin with its own ``analyze_string`` (JwtTokenDetector, whose pattern's
+    lazy last part often stops before the signature): each grown over base64url and dots."""
+    out = []
+    for v in plugin.analyze_string(view):
+        idx = view.find(v)
+        while idx >= 0:
+            out.append(view[idx:_JWT_TAIL.match(view, idx + len(v)).end()])
+            idx = view.find(v, idx + 1)
+    return out
+
+
+def _trim(value: str) -> str:
+    """Drop the delimiters some patterns include (Artifactory: ``(?:\\s|=|:|"|^)AKC...``)."""
+    return value.lstrip(" \t\r\n\f\v=:\"'").rstrip(" \t\r\n\f\v\"'")
+
+
+def _pieces(value: str) -> list[str]:
+    """A value that swallowed an earlier ``[REDACTED]`` (mask-and-rescan): the rest of it."""
+    if REDACTED not in value:
+        return [value]
+    return [p.strip() for p in value.split(REDACTED) if p.strip()]
+
+
+def _segment(line: str, value: str) -> str:
+    """The part of ``line`` from the last ``,;{&`` before ``value`` on (its own assignment)."""
+    idx = line.find(value)
+    if idx < 0:
+        return line
+    cut = max(line.rfind(d, 0, idx) for d in _SEGMENT_DELIMS)
+    return line[cut + 1:]
+
+
+# ----------------------------------------------------------------------------- locating values
+
+
+def _raw_pattern(value: str) -> re.Pattern | None:
+    """Bytes regex for ``value`` as it may appear JSON-escaped (any backslashes before quotes,
+    slashes and backslashes; ``\\t`` for tab); None when the value has none of those."""
+    if not any(c in value for c in "\"'\\/\t"):
+        return None
+    parts = []
+    for c in value:
+        if c in "\"'\\/":
+            parts.append(rb"\\*" + re.escape(c.encode()))
+        elif c == "\t":
+            parts.append(rb"(?:\t|\\+t)")
+        else:
+            parts.append(re.escape(c.encode("utf-8", "surrogatepass")))
+    return re.compile(b"".join(parts))
+
+
+def _occurrences(value: str, data: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    rx = _raw_pattern(value)
+    if rx is not None:
+        return [m.span() for m in rx.finditer(data, start, end)]
+    needle = value.encode("utf-8", "surrogatepass")
+    out = []
+    pos = data.find(needle, start, end)
+    while pos >= 0:
+        out.append((pos, pos + len(needle)))
+        pos = data.find(needle, pos + len(needle), end)
+    return out
+
+
+def _locate_all(value: str, data: bytes) -> list[tuple[int, int]]:
+    return _occurrences(value, data, 0, len(data))
+
+
+def _locate_short(value: str, data: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    """A short value on its own line: the occurrences not inside a longer word, else all."""
+    spans = _occurrences(value, data, start, end)
+
+    def alnum(i: int) -> bool:
+        return 0 <= i < len(data) and (chr(data[i]).isalnum() if data[i] < 128 else True)
+
+    bounded = [(s, e) for s, e in spans if not alnum(s - 1) and not alnum(e)]
+    return bounded or spans
+
+
+# ----------------------------------------------------------------------------- private keys
+
+_PK_BEGIN = re.compile(
+    rb"-{4,5} ?BEGIN[ \t]+(?:[A-Z0-9]+[ \t]+)*PRIVATE[ \t]+KEY(?:[ \t]+BLOCK)? ?-{4,5}"
+    rb"|PuTTY-User-Key-File-[0-9]+:[^\r\n\\]*"
+)
+_PK_END = re.compile(
+    rb"-{4,5} ?END[ \t]+(?:[A-Z0-9]+[ \t]+)*PRIVATE[ \t]+KEY(?:[ \t]+BLOCK)? ?-{4,5}"
+)
+_PK_MAX_BODY_BYTES = 64 * 1024  # an END further away than this is not this block's
+_PK_SEP = re.compile(rb"\r?\n|\\{1,3}r\\{1,3}n|\\{1,3}n")
+_PK_B64_LINE = re.compile(rb"[ \t]*[A-Za-z0-9+/=]+(?:[ \t]+[A-Za-z0-9+/=]+)*[ \t]*")
+_PK_HEADER_LINE = re.compile(rb"[ \t]*[A-Za-z][A-Za-z0-9-]*:[^\r\n\\]*")
+_PK_TRIM = b" \t\r\n\f\v"
+
+
+def _private_key_spans(data: bytes, low: bytes) -> list[tuple[int, int, int, str]]:
+    """The bodies of ``BEGIN ... PRIVATE KEY`` blocks (and PuTTY key files).
+
+    With an ``END`` line the body is everything between the two markers; without one, the run
+    of base64 lines (and ``Header: value`` lines, and the blank line after headers) that follows,
+    separated by real or JSON-escaped newlines.
+
+    >>> pem = (b'x\\n-----BEGIN RSA PRIVATE KEY-----\\nMIIEabc\\ndef=\\n'
+    ...        b'-----END RSA PRIVATE KEY-----\\n')
+    >>> [pem[s:e] for s, e, _, _ in _private_key_spans(pem, pem.lower())]
+    [b'MIIEabc\\ndef=']
+    """
+    if b"private key" not in low and b"putty-user-key-file" not in low:
+        return []
+    out = []
+    pos = 0
+    while True:
+        m = _PK_BEGIN.search(data, pos)
+        if m is None:
+            return out
+        body_start = m.end()
+        end_m = None
+        if not m.group(0).startswith(b"PuTTY"):
+            end_m = _PK_END.search(data, body_start, body_start + _PK_MAX_BODY_BYTES)
+            nxt = _PK_BEGIN.search(data, body_start)
+            if end_m is not None and nxt is not None and nxt.start() < end_m.start():
+                end_m = None
+        body_end = end_m.start() if end_m is not None else _pk_run_end(data, body_start)
+        s, e = _pk_trim(data, body_start, body_end)
+        if e > s and data[s:e] != REDACTED.encode():
+            out.append((s, e, _RANK_PRIVATE_KEY, "Private Key"))
+        pos = end_m.end() if end_m is not None else max(body_end, body_start + 1)
+
+
+def _pk_run_end(data: bytes, pos: int) -> int:
+    """End of the key body after a BEGIN marker that has no END marker."""
+    m = _PK_B64_LINE.match(data, pos)
+    end = m.end() if m else pos
+    after_header = False
+    while True:
+        sep = _PK_SEP.match(data, end)
+        if sep is None:
+            return end
+        p = sep.end()
+        m = _PK_B64_LINE.match(data, p)
+        if m and m.end() > p and _at_line_end(data, m.end()):
+            end, after_header = m.end(), False
+            continue
+        m = _PK_HEADER_LINE.match(data, p)
+        if m and _at_line_end(data, m.end()):
+            end, after_header = m.end(), True
+            continue
+        if after_header and _PK_SEP.match(data, p):  # the blank line after RFC 1421 headers
+            end, after_header = p, False
+            continue
+        return end
+
+
+def _at_line_end(data: bytes, pos: int) -> bool:
+    """End of text, a (JSON-escaped) newline, or the closing quote of the string holding it."""
+    return (pos >= len(data) or _PK_SEP.match(data, pos) is not None
+            or data[pos] in b"\"'" or data.startswith(b'\\"', pos))
+
+
+def _pk_trim(data: bytes, s: int, e: int) -> tuple[int, int]:
+    """Shrink ``[s, e)`` past whitespace and (escaped) newlines at both ends."""
+    while True:
+        while s < e and data[s] in _PK_TRIM:
+            s += 1
+        m = _PK_SEP.match(data, s, e)
+        if m is None or m.end() == s:
+            break
+        s = m.end()
+    while True:
+        while e > s and data[e - 1] in _PK_TRIM:
+            e -= 1
+        for tail in (b"\\r\\n", b"\\n", b"\\r"):
+            if data.endswith(tail, s, e):
+                e -= len(tail)
+                while e > s and data[e - 1] == ord("\\"):
+                    e -= 1
+                break
+        else:
+            break
+    return s, e
+
+
+# ----------------------------------------------------------------------------- assembly
+
+
+def _apply(data: bytes, spans: list[tuple[int, int, int, str]]) -> tuple[str, int, dict]:
+    """Replace the merged spans: (text, number of replacements, replacements per kind)."""
+    spans.sort()
+    merged: list[list] = []  # [start, end, rank, kind]
+    for s, e, rank, kind in spans:
+        if merged and s < merged[-1][1]:
+            last = merged[-1]
+            last[1] = max(last[1], e)
+            if rank < last[2]:
+                last[2], last[3] = rank, kind
+        else:
+            merged.append([s, e, rank, kind])
+    out = []
+    kinds: dict[str, int] = {}
+    pos = 0
+    token = REDACTED.encode()
+    for s, e, _, kind in merged:
+        out.append(data[pos:s])
+        out.append(token)
+        pos = e
+        kinds[kind] = kinds.get(kind, 0) + 1
+    out.append(data[pos:])
+    return b"".join(out).decode("utf-8", "surrogatepass"), len(merged), kinds
+
+
+_DETECTOR: _Detector | None = None
+_DETECTOR_LOCK = threading.Lock()
+
+
+def _detector() -> _Detector:
+    global _DETECTOR
+    if _DETECTOR is None:
+        with _DETECTOR_LOCK:
+            if _DETECTOR is None:
+                _DETECTOR = _Detector()
+    return _DETECTOR

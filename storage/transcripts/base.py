@@ -1,0 +1,300 @@
+"""The parsing layer's vocabulary: ops, counters, the two parser shapes, the registry.
+
+A transcript parser turns a coding agent's transcript into *records*: the text the
+agent's model wrote (prose, or a tool call's input), each under a key that is stable
+within its file. Parsers never touch the database; they emit ops that the caller applies:
+
+- ``Put``: create or replace record ``key`` (a replaced record keeps its place in order);
+- ``Append``: add ``text`` to record ``key`` on a new line (``old + "\\n" + text``),
+  creating it (as just ``text``) if missing;
+- ``Rewind``: drop record ``key`` and every record created after it in the same file.
+
+``apply_ops`` is the reference semantics, used by the tests and usable by callers.
+
+Two shapes, one obligatory method each:
+
+- ``LineParser.feed_line(line)`` for append-only files (JSONL, aider markdown). The caller
+  tails the file by byte offset and feeds complete lines; ``state()``/``load_state()``
+  carry everything needed to resume from that offset in a new process.
+- ``WholeParser.parse(data)`` for single-JSON files rewritten as a whole.
+
+A new format is one module in this package: a class decorated with ``@register``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from assistd.errors import InputError
+
+ASSISTANT = "assistant"   # prose the model wrote
+TOOL_INPUT = "tool_input"  # a tool call's input the model wrote (code, patch, command, JSON)
+
+
+class TranscriptError(InputError):
+    """A transcript file cannot be parsed at all (individual bad entries are only counted)."""
+
+
+@dataclass(frozen=True)
+class Put:
+    """Create or replace one record."""
+    key: str
+    text: str
+    kind: str
+    cwd: str | None
+    language_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Append:
+    """Add ``text`` to record ``key`` as ``old + "\\n" + text``; if the record is missing,
+    create it with ``text`` alone."""
+    key: str
+    text: str
+    kind: str
+    cwd: str | None
+    language_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """Drop record ``key`` and every record created after it in this file."""
+    key: str
+
+
+Op = Put | Append | Rewind
+
+
+@dataclass
+class ParseStats:
+    """Raw counters of one parser instance (rates, if any, are computed by readers)."""
+    lines: int = 0
+    records: int = 0            # Put/Append ops emitted (ops that carry text)
+    skipped_malformed: int = 0  # lines/entries that are not valid JSON or not the expected shape
+    skipped_unknown: int = 0    # record types this parser does not know
+    skipped_duplicate: int = 0  # text already emitted for the same record
+    dropped_blobs: int = 0      # images, signatures, encrypted reasoning, originalFile, ...
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class _Parser:
+    format: ClassVar[str] = ""
+    # Capabilities, read by the caller and by detect_format.
+    append_only: ClassVar[bool] = True      # False: the file is rewritten as a whole
+    name_patterns: ClassVar[tuple[str, ...]] = ()  # fnmatch patterns on the file name (tie-breaker)
+
+    def __init__(self) -> None:
+        self.stats = ParseStats()
+
+    @classmethod
+    def sniff(cls, head: "Head") -> int:
+        """How surely ``head`` (the file's first bytes) is this format: 0 = not it,
+        1 = plausible, 2 = likely, 3 = certain. Override per format."""
+        return 0
+
+    def _count(self, ops: list) -> list:
+        self.stats.records += sum(1 for op in ops if not isinstance(op, Rewind))
+        return ops
+
+
+class LineParser(_Parser):
+    """Append-only transcripts fed one complete line at a time.
+
+    Subclasses implement ``_feed(line: str) -> list[Op]`` and list their resumable
+    attributes in ``state_fields``; those must be JSON values and stay bounded.
+    """
+    append_only: ClassVar[bool] = True
+    state_fields: ClassVar[tuple[str, ...]] = ()
+    # One JSON object per line: a last line without its newline that is already a
+    # whole JSON object is complete (the caller may take it before the newline lands).
+    json_lines: ClassVar[bool] = True
+
+    def feed_line(self, line: bytes) -> list[Op]:
+        """Ops for ONE complete line (without its newline). Never raises on bad input."""
+        self.stats.lines += 1
+        text = line.decode("utf-8", errors="replace").rstrip("\r")
+        return self._count(self._feed(text))
+
+    def _feed(self, line: str) -> list[Op]:
+        raise NotImplementedError
+
+    def state(self) -> dict:
+        """JSON-serializable resume state (persist it with the byte offset)."""
+        return copy.deepcopy({name: getattr(self, name) for name in self.state_fields})
+
+    def load_state(self, d: dict) -> None:
+        """Restore ``state()`` output, e.g. into a fresh instance after a restart."""
+        for name in self.state_fields:
+            if name in d:
+                setattr(self, name, copy.deepcopy(d[name]))
+
+    # Helpers for JSONL formats.
+    def _json(self, line: str) -> dict | None:
+        """The line as a JSON object; None (counted as malformed) otherwise; None for blank lines."""
+        if not line.strip():
+            return None
+        try:
+            value = json.loads(line)
+        except ValueError:
+            self.stats.skipped_malformed += 1
+            return None
+        if not isinstance(value, dict):
+            self.stats.skipped_malformed += 1
+            return None
+        return value
+
+
+class WholeParser(_Parser):
+    """Single-JSON transcripts, re-parsed whole whenever the file changes.
+
+    Subclasses implement ``_parse(doc)``; ``parse`` decodes the bytes and counts.
+    """
+    append_only: ClassVar[bool] = False
+
+    def parse(self, data: bytes) -> list[Put]:
+        """Every record of the file, in order. Raises TranscriptError if it is not
+        parseable at all; bad entries are counted in ``stats`` and skipped."""
+        return self._count(list(self._parse(self._load(data))))
+
+    def _parse(self, doc: Any) -> Iterable[Put]:
+        """Records of the decoded JSON document; raise TranscriptError on a wrong shape."""
+        raise NotImplementedError
+
+    def _load(self, data: bytes) -> Any:
+        try:
+            return json.loads(data.decode("utf-8", errors="replace"))
+        except ValueError as e:
+            raise TranscriptError(
+                f"{self.format} transcript is not valid JSON ({e}); "
+                "check the file is complete, or pick another format") from None
+
+
+# ---------------------------------------------------------------- registry
+
+FORMATS: dict[str, type[LineParser] | type[WholeParser]] = {}
+
+
+def register(cls):
+    """Class decorator: make a parser known to ``parser_for`` and ``detect_format``."""
+    if not cls.format or cls.format in FORMATS:
+        raise ValueError(f"parser format name missing or taken: {cls.format!r}")
+    FORMATS[cls.format] = cls
+    return cls
+
+
+@dataclass
+class Head:
+    """The first bytes of a file, pre-digested once for every ``sniff``.
+
+    ``text``: decoded head; ``first_line``: its first line, possibly cut off (a JSONL line
+    holding a pasted image can outgrow any head); ``objects``: the head's lines that parse
+    as JSON objects (first 50); ``whole``: the head parsed as one JSON document, if it is one.
+    """
+    text: str
+    objects: list[dict] = field(default_factory=list)
+    whole: Any = None
+    first_line: str = ""
+
+    @classmethod
+    def of(cls, head: bytes) -> "Head":
+        text = head.decode("utf-8", errors="replace")
+        objects = []
+        for line in text.split("\n")[:50]:  # not splitlines(): JSON strings may hold U+2028
+            line = line.strip()
+            if line.startswith("{") and line.endswith("}"):
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(value, dict):
+                    objects.append(value)
+        whole = None
+        stripped = text.strip()
+        if stripped[:1] in ("{", "["):
+            try:
+                whole = json.loads(stripped)
+            except ValueError:
+                whole = None
+        first_line = text.lstrip("\ufeff").split("\n", 1)[0]
+        return cls(text=text, objects=objects, whole=whole, first_line=first_line)
+
+
+# ---------------------------------------------------------------- pure helpers
+
+def text_hash(*parts: str) -> str:
+    """Short stable digest used for duplicate detection in bounded parser state.
+
+    >>> text_hash("a", "b") == text_hash("a", "b") != text_hash("ab")
+    True
+    """
+    h = hashlib.sha1()
+    for p in parts:
+        h.update(p.encode("utf-8", errors="replace"))
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def remember(mapping: dict, key: str, value: Any, cap: int) -> None:
+    """Insert ``key`` as the newest entry of ``mapping``, dropping the oldest beyond ``cap``.
+
+    >>> m = {}
+    >>> for k in "abcd": remember(m, k, 1, cap=3)
+    >>> list(m)
+    ['b', 'c', 'd']
+    """
+    mapping.pop(key, None)
+    mapping[key] = value
+    while len(mapping) > cap:
+        del mapping[next(iter(mapping))]
+
+
+def json_text(value: Any) -> str:
+    """A tool input rendered as JSON, non-ASCII kept readable."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def apply_ops(ops: Iterable[Op], records: dict[str, Put] | None = None) -> dict[str, Put]:
+    """Reference semantics of the ops: the records they leave, in creation order.
+
+    >>> r = apply_ops([Put("a", "x", "assistant", None), Put("b", "y", "assistant", None),
+    ...                Append("a", "z", "assistant", None), Put("c", "w", "tool_input", None)])
+    >>> [(k, p.text) for k, p in r.items()]
+    [('a', 'x\\nz'), ('b', 'y'), ('c', 'w')]
+    >>> list(apply_ops([Rewind("b")], r))
+    ['a']
+    """
+    records = {} if records is None else records
+    for op in ops:
+        if isinstance(op, Put):
+            records[op.key] = op  # dict keeps the first insertion position on replace
+        elif isinstance(op, Append):
+            old = records.get(op.key)
+            text = op.text if old is None else old.text + "\n" + op.text
+            records[op.key] = Put(op.key, text, op.kind, op.cwd if old is None else old.cwd,
+                                  op.language_id if old is None else old.language_id)
+        elif isinstance(op, Rewind):
+            keys = list(records)
+            if op.key in records:
+                for k in keys[keys.index(op.key):]:
+                    del records[k]
+    return records
+
+
+def parse_all(parser: LineParser | WholeParser, data: bytes) -> list[Op]:
+    """Parse a finished file in one go (a final line without newline is fed too)."""
+    if isinstance(parser, WholeParser):
+        return list(parser.parse(data))
+    ops: list[Op] = []
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for line in lines:
+        ops.extend(parser.feed_line(line))
+    return ops

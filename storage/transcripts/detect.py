@@ -1,0 +1,84 @@
+"""Which parser reads a transcript file: decided from its content, the name only breaks ties.
+
+Each registered parser scores the file's first ``HEAD_BYTES`` (after zstd decompression)
+with its ``sniff`` (0 = not it ... 3 = certain); the best score wins, equal scores go to a
+parser whose ``name_patterns`` match the file name, then to the first registered. So a
+Claude Code JSONL renamed ``x.txt`` is still ``claude_code``, and content nobody
+recognises is None whatever its name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+from pathlib import Path
+
+import zstandard
+
+from storage.transcripts.base import FORMATS, Head, LineParser, TranscriptError, WholeParser
+
+HEAD_BYTES = 64 * 1024
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _decompress(raw: io.BufferedIOBase, max_bytes: int | None, path: Path) -> bytes:
+    # Streaming: Codex archives may lack the frame content size, and may hold several frames.
+    out = bytearray()
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:
+            while max_bytes is None or len(out) < max_bytes:
+                chunk = reader.read(1 << 20)
+                if not chunk:
+                    break
+                out += chunk
+    except zstandard.ZstdError as e:
+        raise TranscriptError(f"cannot decompress {path} ({e}); the archive is damaged "
+                              "or still being written") from None
+    return bytes(out if max_bytes is None else out[:max_bytes])
+
+
+def open_bytes(path: str | Path, max_bytes: int | None = None) -> bytes:
+    """The file's bytes, zstd-decompressed when it starts with the zstd magic 28 B5 2F FD.
+
+    ``max_bytes`` reads only that many (decompressed) bytes, e.g. ``HEAD_BYTES`` for detection.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        magic = f.read(4)
+        f.seek(0)
+        if magic == ZSTD_MAGIC:
+            return _decompress(f, max_bytes, path)
+        return f.read() if max_bytes is None else f.read(max_bytes)
+
+
+def detect_format(path: Path, head: bytes) -> str | None:
+    """Format name for a file from its first bytes (decompressed), or None if unknown.
+
+    >>> line = b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hi"}}\\n'
+    >>> detect_format(Path("x.txt"), line)
+    'claude_code'
+    >>> detect_format(Path("x.jsonl"), b"hello") is None
+    True
+    """
+    if head.startswith(ZSTD_MAGIC):
+        head = _decompress(io.BytesIO(head), HEAD_BYTES, Path(path))
+    digest = Head.of(head)
+    name = Path(path).name
+    best, best_key = None, (0, False)
+    for fmt, cls in FORMATS.items():
+        score = cls.sniff(digest)
+        if score <= 0:
+            continue
+        key = (score, any(fnmatch.fnmatch(name, p) for p in cls.name_patterns))
+        if key > best_key:
+            best, best_key = fmt, key
+    return best
+
+
+def parser_for(fmt: str) -> LineParser | WholeParser:
+    """A fresh parser instance for a format name (see ``FORMATS``)."""
+    try:
+        return FORMATS[fmt]()
+    except KeyError:
+        raise TranscriptError(f"unknown transcript format {fmt!r}; "
+                              f"known formats: {', '.join(sorted(FORMATS))}") from None

@@ -1,0 +1,445 @@
+"""The secrets filter (storage.secrets) with the real detect-secrets detector, no mocks.
+
+Planted values are random (fixed seed), so none of them is a documentation example that a
+filter allow-lists; each kind sits in the settings it really turns up in: a source file, a
+``.env`` dump, a shell ``export``, a JSON-escaped transcript record, a URL or a curl header.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import random
+import string
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from assistd.errors import AssistdError
+from storage.secrets import REDACTED, Redaction, candidate_lines, redact
+
+RNG = random.Random(20240611)
+ALNUM = string.ascii_letters + string.digits
+UPPER_DIGITS = string.ascii_uppercase + string.digits
+JSON_DIR = Path(json.__file__).parent
+
+
+def rand(alphabet: str, n: int) -> str:
+    return "".join(RNG.choice(alphabet) for _ in range(n))
+
+
+def b64url(obj: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+
+def make_jwt() -> str:
+    header = b64url({"alg": "HS256", "typ": "JWT"})
+    payload = b64url({"sub": rand(string.digits, 10), "name": "Ada", "iat": 1718000000})
+    return f"{header}.{payload}.{rand(ALNUM + '-_', 43)}"
+
+
+def make_pem(label: str, lines: int = 8) -> str:
+    body = "\n".join(rand(ALNUM + "+/", 64) for _ in range(lines)) + "\n" + rand(ALNUM, 20) + "=="
+    return f"-----BEGIN {label}-----\n{body}\n-----END {label}-----"
+
+
+# kind -> (NAME used in env/source, value, detect-secrets secret_type expected or None if the
+# kind is generic and several plugins may claim it)
+SECRETS: dict[str, tuple[str, str, str | None]] = {
+    "aws_access_key_id": ("AWS_ACCESS_KEY_ID", "AKIA" + rand(UPPER_DIGITS, 16), "AWS Access Key"),
+    "aws_secret_access_key": ("AWS_SECRET_ACCESS_KEY", rand(ALNUM + "/+", 40), None),
+    "github_token": ("GITHUB_TOKEN", "ghp_" + rand(ALNUM, 36), "GitHub Token"),
+    "slack_token": ("SLACK_BOT_TOKEN",
+                    f"xoxb-{rand(string.digits, 12)}-{rand(string.digits, 13)}-{rand(ALNUM, 24)}",
+                    "Slack Token"),
+    # Real Stripe keys run far past the 24 characters the plugin's pattern asks for.
+    "stripe_secret_key": ("STRIPE_SECRET_KEY", "sk_live_" + rand(ALNUM, 99), "Stripe Access Key"),
+    "openai_project_key": ("OPENAI_API_KEY",
+                           f"sk-proj-{rand(ALNUM + '-_', 74)}{rand(ALNUM, 20)}T3BlbkFJ"
+                           f"{rand(ALNUM, 74)}", "OpenAI Token"),
+    "openai_legacy_key": ("OPENAI_API_KEY", f"sk-{rand(ALNUM, 20)}T3BlbkFJ{rand(ALNUM, 20)}",
+                          "OpenAI Token"),
+    "jwt": ("AUTH_JWT", make_jwt(), "JSON Web Token"),
+    "db_password": ("DB_PASSWORD", "Summer" + rand(string.digits, 4) + "-" + rand(ALNUM, 6), None),
+    "generic_api_key": ("API_KEY", rand(ALNUM, 40), None),
+}
+
+
+def source_file(name: str, value: str) -> str:
+    return (
+        '"""Service settings."""\n'
+        "import os\n\n"
+        f'{name.lower()} = "{value}"\n'
+        'TIMEOUT_S = float(os.environ.get("TIMEOUT_S", "3.5"))\n\n\n'
+        "def client():\n"
+        "    return make_client(timeout=TIMEOUT_S)\n"
+    )
+
+
+def env_dump(name: str, value: str) -> str:
+    return f"# .env\nAPP_ENV=production\nDB_HOST=db.internal\n{name}={value}\nLOG_LEVEL=info\n"
+
+
+def shell_export(name: str, value: str) -> str:
+    return f"#!/bin/sh\nset -eu\nexport {name}={value}\nexec ./server --port 8080\n"
+
+
+TOOL_USE_ID = "toolu_01" + rand(ALNUM, 22)
+
+
+def transcript(content: str) -> str:
+    """One JSONL record of an agent transcript: the content is JSON-escaped (\\n, \\")."""
+    return json.dumps({
+        "type": "tool_result", "tool_use_id": TOOL_USE_ID,
+        "session_id": "6f1c2f0e-3b7a-4c55-9d43-2a1f0c9b7e11", "content": content,
+    })
+
+
+SETTINGS = {
+    "source": source_file,
+    "env": env_dump,
+    "export": shell_export,
+    "transcript_env": lambda n, v: transcript(env_dump(n, v)),
+    "transcript_source": lambda n, v: transcript(source_file(n, v)),
+}
+
+CASES = [(kind, setting) for kind in SECRETS for setting in SETTINGS]
+
+
+@pytest.mark.parametrize("kind,setting", CASES, ids=[f"{k}-{s}" for k, s in CASES])
+def test_planted_secret_is_replaced_and_the_line_survives(kind, setting):
+    """Each planted kind, in each setting: the output is the input with exactly the value
+    replaced by [REDACTED] (so NAME= / name = "..." and every other line survive)."""
+    name, value, secret_type = SECRETS[kind]
+    make = SETTINGS[setting]
+    text = make(name, value)
+    result = redact(text)
+    assert value not in result.text
+    assert result.text == make(name, REDACTED)
+    assert result.count >= 1
+    assert sum(result.kinds.values()) == result.count
+    if secret_type is not None:
+        assert secret_type in result.kinds
+    if setting.startswith("transcript"):
+        json.loads(result.text)  # still one valid JSON record
+
+
+@pytest.mark.parametrize("kind,setting", CASES, ids=[f"{k}-{s}" for k, s in CASES])
+def test_prefilter_never_loses_a_planted_secret(kind, setting):
+    """The prefilter only skips lines: detect-secrets on every line finds nothing more."""
+    name, value, _ = SECRETS[kind]
+    text = SETTINGS[setting](name, value)
+    assert redact(text) == redact(text, prefilter=False)
+    data = text.encode()
+    lines = [data[s:e] for s, e in candidate_lines(data)]
+    assert any(value.encode() in line for line in lines)
+
+
+@pytest.mark.parametrize("kind", [k for k in SECRETS if k != "db_password"])
+def test_urls_and_headers(kind):
+    """Tokens in a curl Authorization header and in a URL query string are replaced."""
+    _, value, _ = SECRETS[kind]
+    for text in (
+        f'curl -s -H "Authorization: Bearer {value}" https://api.example.com/v1/models\n',
+        f"GET https://api.example.com/v1/export?format=csv&access_token={value} HTTP/1.1\n",
+    ):
+        result = redact(text)
+        assert value not in result.text, text
+        assert result.text.startswith(text.split(value)[0]) and result.count >= 1
+
+
+def test_basic_auth_credentials_in_urls():
+    """The password of user:password@host goes everywhere; user, host and path stay."""
+    pw = rand(ALNUM, 18)
+    url = f"postgres://app_user:{pw}@db.internal:5432/orders"
+    for make in (lambda u: f'DATABASE_URL = "{u}"\n', lambda u: f"DATABASE_URL={u}\n",
+                 lambda u: f"export DATABASE_URL={u}\n", lambda u: transcript(f"$ psql {u}\n"),
+                 lambda u: f"Connect with {u} from the bastion.\n"):
+        text = make(url)
+        result = redact(text)
+        assert result.text == make(url.replace(pw, REDACTED))
+        assert result.kinds == {"Basic Auth Credentials": 1}
+        assert redact(text, prefilter=False) == result
+
+
+@pytest.mark.parametrize("label", ["RSA PRIVATE KEY", "OPENSSH PRIVATE KEY", "PRIVATE KEY",
+                                   "EC PRIVATE KEY", "ENCRYPTED PRIVATE KEY"])
+def test_private_key_block_body_is_gone(label):
+    """The whole body between BEGIN and END goes (detect-secrets flags only the BEGIN line),
+    in a file, in a Python string and JSON-escaped in a transcript."""
+    pem = make_pem(label)
+    body = pem.split("\n", 1)[1].rsplit("\n", 1)[0]
+    expected_block = f"-----BEGIN {label}-----\n{REDACTED}\n-----END {label}-----"
+    for make in (lambda k: f"{k}\n", lambda k: f'KEY = """\n{k}\n"""\nprint(KEY)\n',
+                 lambda k: transcript(f"$ cat ~/.ssh/id_rsa\n{k}\n")):
+        text = make(pem)
+        result = redact(text)
+        assert result.text == make(expected_block)
+        assert result.kinds == {"Private Key": 1}
+        for chunk in body.split("\n"):
+            assert chunk not in result.text
+        assert redact(text, prefilter=False) == result
+
+
+def test_private_key_without_end_line():
+    """A truncated key: the base64 run after BEGIN goes, the prose after it stays; at the end
+    of the text everything after BEGIN goes."""
+    pem = make_pem("RSA PRIVATE KEY")
+    truncated = pem.rsplit("\n", 3)[0]  # drop the last lines and the END line
+    text = f"Here is the key:\n{truncated}\n\nWhat is wrong with it?\n"
+    result = redact(text)
+    assert result.text == (
+        f"Here is the key:\n-----BEGIN RSA PRIVATE KEY-----\n{REDACTED}\n\nWhat is wrong with it?\n"
+    )
+    assert redact(truncated).text == f"-----BEGIN RSA PRIVATE KEY-----\n{REDACTED}"
+    # Escaped, cut off in the middle of a transcript line.
+    escaped = transcript(truncated)
+    out = redact(escaped)
+    assert json.loads(out.text)["content"] == f"-----BEGIN RSA PRIVATE KEY-----\n{REDACTED}"
+
+
+def test_private_key_with_rfc1421_headers_and_putty():
+    """Encrypted PEM headers (Proc-Type, DEK-Info) and PuTTY key files lose their key lines."""
+    pem = make_pem("RSA PRIVATE KEY")
+    begin, rest = pem.split("\n", 1)
+    dek = rand("0123456789ABCDEF", 32)
+    enc = f"{begin}\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,{dek}\n\n{rest}"
+    out = redact(enc)
+    assert out.text == f"{begin}\n{REDACTED}\n-----END RSA PRIVATE KEY-----"
+    lines = "\n".join(rand(ALNUM + "+/", 64) for _ in range(4))
+    putty = (f"PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nComment: rsa-key-20240611\n"
+             f"Public-Lines: 4\n{lines}\nPrivate-Lines: 4\n{lines[::-1]}\n"
+             f"Private-MAC: {rand('0123456789abcdef', 40)}\n")
+    out = redact(putty)
+    assert out.text == f"PuTTY-User-Key-File-2: ssh-rsa\n{REDACTED}\n"
+    assert out.kinds == {"Private Key": 1}
+
+
+def test_json_escaped_keyword_values():
+    """detect-secrets finds nothing in \\"password\\": \\"...\\" (the quotes are escaped); the
+    unescaped copy of the line is scanned too, and the value is replaced in its escaped form."""
+    pw = "hunter2-" + rand(ALNUM, 10)
+    inner = json.dumps({"user": "ada", "password": pw, "api_key": rand(ALNUM, 32)})
+    line = json.dumps({"role": "user", "content": f"my config is {inner}"})
+    assert '\\"password\\": \\"' in line
+    result = redact(line)
+    assert pw not in result.text
+    content = json.loads(result.text)["content"]
+    assert json.loads(content.removeprefix("my config is ")) == {
+        "user": "ada", "password": REDACTED, "api_key": REDACTED}
+    # JSON in JSON: the value is escaped twice.
+    twice = json.dumps({"message": line})
+    result = redact(twice)
+    assert pw not in result.text
+    assert json.loads(json.loads(json.loads(result.text)["message"])["content"]
+                      .removeprefix("my config is "))["password"] == REDACTED
+
+
+def test_yaml_and_multiline_json_dumps():
+    """A YAML config and a pretty-printed JSON dump: every secret-looking value goes."""
+    pw, token = "Tr0ub4dor-" + rand(ALNUM, 6), rand(ALNUM, 40)
+    yaml = (f"database:\n  host: db.internal\n  user: app\n  password: {pw}\n"
+            f"service:\n  token: {token}\n")
+    out = redact(yaml)
+    assert out.text == yaml.replace(pw, REDACTED).replace(token, REDACTED)
+    dump = json.dumps({"database": {"host": "db.internal", "password": pw},
+                       "client_secret": token}, indent=2)
+    out = redact(dump)
+    assert out.text == dump.replace(pw, REDACTED).replace(token, REDACTED)
+    assert out.count == 2
+
+
+def test_file_type_rules():
+    """With a file name the keyword plugin follows detect-secrets' per-type rules: unquoted
+    values count in .ini/.yaml/.env files, only quoted ones in Python."""
+    pw = "Tr0ub4dor-" + rand(ALNUM, 6)
+    ini = f"[db]\nhost = db.internal\npassword = {pw}\n"
+    assert redact(ini, filename="conf/app.ini").text == ini.replace(pw, REDACTED)
+    assert redact(ini, filename=".env.production").text == ini.replace(pw, REDACTED)
+    yaml = f"db:\n  password: {pw}\n"
+    assert redact(yaml, filename="deploy.yml").text == yaml.replace(pw, REDACTED)
+    code = "def login(user, password: str):\n    password = password.strip()\n"
+    assert redact(code, filename="auth.py").count == 0
+    assert redact(f'password = "{pw}"\n', filename="auth.py").count == 1
+
+
+def test_fuzzed_fragments_prefilter_and_idempotence():
+    """Random mixtures of secret-shaped fragments, keywords, quotes, escapes and non-ASCII:
+    the prefilter never changes the result, and a second pass changes nothing."""
+    rng = random.Random(7)
+    frags = ["password", "PASSWORD", "pwd", "secret", "api_key", "API-KEY", "token", "Bearer",
+             "auth", "contraseña", "paſſword", "=", " = ", ": ", '"', "'", '\\"', "\\n", " ",
+             ",", "{", "}", "(", "$", "${", "export ", "DB_PASSWORD=", "://u:p@h", "\n", "é",
+             "🔑", "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "_id: "]
+    frags += [v for _, v, _ in SECRETS.values()]
+    for _ in range(300):
+        text = "".join(rng.choice(frags + [rand(ALNUM + "+/=-_", rng.randint(5, 50))])
+                       for _ in range(rng.randint(1, 20)))
+        if rng.random() < 0.3:
+            text = json.dumps({"content": text})
+        once = redact(text)
+        assert once == redact(text, prefilter=False)
+        assert redact(once.text).text == once.text
+
+
+def test_every_occurrence_is_replaced():
+    """A value found once is replaced on its line and wherever else it appears."""
+    tok = "ghp_" + rand(ALNUM, 36)
+    text = (f"export GITHUB_TOKEN={tok}\n"
+            f"curl -u me:{tok} https://api.github.com/user  # same {tok} again\n"
+            f"echo {tok[4:]}\n")  # without the prefix: not a token on its own
+    result = redact(text)
+    assert tok not in result.text
+    assert result.count == 3
+    pw = "Xq7" + rand(ALNUM, 12)
+    text = f'password = "{pw}"\nlog("login with {pw}")\nretry({pw!r}, {pw!r})\n'
+    result = redact(text)
+    assert pw not in result.text and result.count == 4
+    assert result.text.startswith(f'password = "{REDACTED}"\nlog("login with {REDACTED}")')
+
+
+def test_several_keyword_secrets_on_one_line():
+    """The keyword plugin reports one match per regex and line; the rest are found too."""
+    vals = [rand(ALNUM, 14) for _ in range(4)]
+    line = (f'{{"password": "{vals[0]}", "secret": "{vals[1]}", "db_pass": "{vals[2]}", '
+            f'"api_key": "{vals[3]}"}}\n')
+    result = redact(line)
+    assert result.count == 4
+    assert all(v not in result.text for v in vals)
+
+
+def test_call_with_a_literal_key_is_redacted():
+    """is_indirect_reference would drop every finding on `x = f(api_key="...")`."""
+    key = SECRETS["openai_project_key"][1]
+    pw = "Pw-" + rand(ALNUM, 12)
+    text = f'client = OpenAI(api_key="{key}")\nconn = connect(host="db", password="{pw}")\n'
+    result = redact(text)
+    assert result.text == (f'client = OpenAI(api_key="{REDACTED}")\n'
+                           f'conn = connect(host="db", password="{REDACTED}")\n')
+
+
+def test_detect_secrets_filters_keep_references_and_placeholders():
+    """Templated values, $VAR references, calls and UUIDs are not secrets (detect-secrets'
+    heuristic filters), and text without secrets comes back as the same object."""
+    text = (
+        'password = "${DB_PASSWORD}"\n'
+        'api_key = "<your-api-key>"\n'
+        "DB_PASSWORD=$DB_PASSWORD_FROM_VAULT\n"
+        "password = get_password()\n"
+        'secret = os.environ["SECRET"]\n'
+        'request_id = "3f2b8c1e-9a4d-4e2b-8f7a-1c2d3e4f5a6b"\n'
+    )
+    result = redact(text)
+    assert result.count == 0 and result.text is text
+
+
+def test_json_module_source_is_unchanged():
+    """Ordinary code (the stdlib json package) comes back byte-identical, count 0."""
+    for path in sorted(JSON_DIR.glob("*.py")):
+        src = path.read_text("utf-8")
+        result = redact(src)
+        assert result.text == src, path.name
+        assert result.count == 0 and result.kinds == {}
+
+
+def test_idempotent():
+    """Redacting redacted text changes nothing."""
+    texts = [SETTINGS[s](*SECRETS[k][:2]) for k, s in CASES]
+    texts.append(make_pem("OPENSSH PRIVATE KEY").rsplit("\n", 2)[0])
+    texts.append(redact.__doc__)
+    texts.append((JSON_DIR / "decoder.py").read_text("utf-8"))
+    texts.append("\n".join(texts))
+    for text in texts:
+        once = redact(text).text
+        assert redact(once).text == once
+
+
+def test_non_ascii_text():
+    """Emoji, CJK, RTL, combining marks and lone surrogates neither crash nor hide a secret;
+    non-ASCII around a secret survives."""
+    tok = "ghp_" + rand(ALNUM, 36)
+    text = ("# café ☕ 数据库配置 — שלום مرحبا e\u0301\U0001F510\n"
+            f"令牌 = \"{tok}\"  # 🔑 ne pas partager\n"
+            "lone surrogate: \udcff end\n")
+    result = redact(text)
+    assert result.text == text.replace(tok, REDACTED)
+    assert redact("日本語のテキストだけ。\n" * 100).count == 0
+    assert redact("\udcff" * 10).count == 0
+
+
+def test_unicode_case_folding_in_keywords():
+    """re.IGNORECASE lets `paſſword` (long s) match `password`: such lines always pass the
+    prefilter, so the result equals the unfiltered scan."""
+    pw = rand(ALNUM, 16)
+    for text in (f'PAſſWORD = "{pw}"\n', f'apı_key = "{pw}"\n', f'ſecret = "{pw}"\n'):
+        assert redact(text) == redact(text, prefilter=False)
+
+
+def test_very_long_lines():
+    """A multi-megabyte line (minified bundle, base64 blob) does not crash and stays fast;
+    secrets in it and near the window boundaries are found."""
+    tok = "ghp_" + rand(ALNUM, 36)
+    pw = "Pw9-" + rand(ALNUM, 12)
+    filler = ("var a=function(b){return b+1};" * 70_000)  # ~2.1 MB, one line
+    text = f'{filler}var k="{tok}";{filler[:4090]}var password="{pw}";{filler}\n'
+    t0 = time.perf_counter()
+    result = redact(text)
+    assert time.perf_counter() - t0 < 30
+    assert tok not in result.text and pw not in result.text
+    blob = base64.b64encode(RNG.randbytes(300_000)).decode()
+    result = redact(f'DATA = "{blob}"\n')
+    assert result.text == f'DATA = "{REDACTED}"\n'  # one high-entropy string, as a whole
+    once = redact(blob).text  # unquoted: only runs after a hint word (random "pwd", "auth"...)
+    assert redact(once).text == once
+
+
+def test_nothing_secret_is_logged(caplog):
+    """No log record (any logger, DEBUG and up) carries a secret value."""
+    caplog.set_level(logging.DEBUG)
+    texts = [SETTINGS[s](*SECRETS[k][:2]) for k, s in CASES]
+    for text in texts:
+        redact(text)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for _, value, _ in SECRETS.values():
+        assert value not in logged
+
+
+def test_failure_message_carries_no_text():
+    """A failure inside the filter surfaces as an AssistdError that names no part of the text
+    and chains no original exception (whose message could quote it)."""
+    tok = SECRETS["github_token"][1]
+    with pytest.raises(AssistdError) as info:
+        redact(f"export GITHUB_TOKEN={tok}\n".encode())  # bytes: not a text
+    assert tok not in str(info.value) and "GITHUB" not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__context__ is None
+
+
+def test_redaction_is_a_frozen_value():
+    """Redaction is an immutable value with text, count and kinds."""
+    r = redact("x = 1\n")
+    assert r == Redaction("x = 1\n", 0, {})
+    with pytest.raises(AttributeError):
+        r.count = 3  # type: ignore[misc]
+
+
+def test_prefilter_is_selective_on_stdlib():
+    """The prefilter passes few lines of ordinary code (this is where the speed comes from),
+    and on a spread of stdlib files it gives the same output as scanning every line."""
+    stdlib = Path(json.__file__).parents[1]
+    files = sorted(stdlib.glob("*.py"))[::8]
+    total = kept = 0
+    for path in files:
+        text = path.read_text("utf-8", errors="replace")
+        data = text.encode("utf-8", "surrogatepass")
+        total += data.count(b"\n") + 1
+        kept += len(candidate_lines(data))
+        if path.stat().st_size < 60_000:
+            assert redact(text) == redact(text, prefilter=False), path.name
+    assert kept / total < 0.03
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:asyncio"]))
