@@ -225,7 +225,7 @@ class TranscriptIngester:
                     offset += consumed
                     f.seek(0)
                     self._save_state(path, st, fmt, offset, f.read(min(offset, HEAD_BYTES)),
-                                     parser, base, report)
+                                     parser, base, report, complete=at_eof)
                 if at_eof:
                     break
 
@@ -315,9 +315,12 @@ class TranscriptIngester:
         return self.store.db.execute(
             "select content_hash from documents where id = ?", [doc_id]).fetchone()[0]
 
-    def _save_state(self, path, st, fmt, offset, head, parser, base, report) -> None:
+    def _save_state(self, path, st, fmt, offset, head, parser, base, report,
+                    complete: bool = True) -> None:
         """Persist the tailing state; the skip counters are cumulative over passes
-        (``base`` is the row this pass continued from, or {} when it started over)."""
+        (``base`` is the row this pass continued from, or {} when it started over).
+        ``complete=False`` (a pass that stopped between chunks) records no size, so a
+        pass that was killed there is not mistaken for an unchanged file."""
         source = str(path)
         counters = {}
         for name in ("skipped_malformed", "skipped_unknown", "skipped_duplicate",
@@ -330,7 +333,8 @@ class TranscriptIngester:
             [source]).fetchone()[0]
         state = parser.state() if isinstance(parser, LineParser) else {}
         self.store.save_transcript_state({
-            "path": source, "format": fmt, "offset": offset, "size": st.st_size,
+            "path": source, "format": fmt, "offset": offset,
+            "size": st.st_size if complete else -1,
             "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
             "head_sha256": _sha(head[:min(offset, HEAD_BYTES)]),
             "state": json.dumps(state), "records": records,
