@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from assistd import __version__
-from assistd.errors import AssistdError
+from assistd.errors import AssistdError, InputError
 
 
 class _Group(click.Group):
@@ -229,7 +229,12 @@ def _history_store(db):
 @_db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def history_stats(db, as_json):
-    """Totals per source kind (documents, bytes, tokens, secrets redacted) and file size."""
+    """Totals per source kind (documents, bytes, tokens, secrets redacted) and file size.
+
+    \b
+    Example:
+        assistd history stats --json
+    """
     from storage.retention import stats
 
     s = stats(_history_store(db))
@@ -255,7 +260,12 @@ def history_stats(db, as_json):
 @_db_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 def history_sources(db, as_json):
-    """Every scope (repository) and transcript file in the history."""
+    """Every scope (repository) and transcript file in the history.
+
+    \b
+    Example:
+        assistd history sources
+    """
     from storage.retention import sources
 
     rows = sources(_history_store(db))
@@ -292,9 +302,9 @@ def history_forget(source, db, as_json):
     from storage.retention import forget
 
     out = forget(_history_store(db), source)
-    if out["documents"] == 0 and out["transcripts"] == 0:
-        raise click.UsageError(f"nothing in the history matches {source!r};"
-                               " see `assistd history sources`")
+    if out["documents"] == 0:
+        raise InputError(f"nothing in the history matches {source!r};"
+                         " see `assistd history sources`")
     if as_json:
         click.echo(json.dumps(out))
     else:
@@ -305,7 +315,12 @@ def history_forget(source, db, as_json):
 @_db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def history_vacuum(db, as_json):
-    """Compact the database file (after forgetting or evicting a lot)."""
+    """Compact the database file (after forgetting or evicting a lot).
+
+    \b
+    Example:
+        assistd history vacuum
+    """
     from storage.retention import vacuum
 
     out = vacuum(_history_store(db))

@@ -89,7 +89,8 @@ def stats(store: HistoryStore) -> dict:
     ):
         kinds[kind]["tokens"] = tokens
     tf = store.db.execute(
-        "select count(*), coalesce(sum(skipped_malformed), 0), coalesce(sum(skipped_unknown), 0),"
+        "select (select count(distinct source) from documents where source_kind = 'transcript'),"
+        " coalesce(sum(skipped_malformed), 0), coalesce(sum(skipped_unknown), 0),"
         " coalesce(sum(dropped_blobs), 0) from transcripts").fetchone()
     files = [store.path] + [Path(f"{store.path}{s}") for s in ("-wal", "-shm")]
     return {
@@ -117,9 +118,12 @@ def sources(store: HistoryStore) -> list[dict]:
         out.append({"type": "scope", "source": scope, "kind": kind, "documents": docs,
                     "bytes": nbytes, "tokens": tokens, "updated_utc": updated,
                     "last_used_utc": used})
+    # Records are counted live: forgetting or evicting them keeps the file's row (its
+    # offset keeps them from coming back), so the row's own count would go stale.
     for path, fmt, records, offset, malformed, updated in store.db.execute(
-        "select path, format, records, offset, skipped_malformed, updated_utc from transcripts"
-        " order by path"
+        "select t.path, t.format, (select count(*) from documents d where d.source = t.path"
+        " and d.source_kind = 'transcript'), t.offset, t.skipped_malformed, t.updated_utc"
+        " from transcripts t order by t.path"
     ):
         out.append({"type": "transcript", "source": path, "kind": fmt, "documents": records,
                     "bytes": offset, "skipped_malformed": malformed, "updated_utc": updated})
