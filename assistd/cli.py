@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -196,8 +198,12 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
             show(batch.repos, batch.transcripts, enforce_budget(store, budget, protect))
 
     watcher.on_batch = on_batch
+    stop = threading.Event()
+    # SIGTERM (a service manager, `kill`) stops as cleanly as Ctrl-C: the batch in hand
+    # is committed, the observer joined and the database closed.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        watcher.run()
+        watcher.run(stop)
     except KeyboardInterrupt:
         pass
     finally:

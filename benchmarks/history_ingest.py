@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -55,6 +56,12 @@ class Timed:
 
 
 def ingest(stdlib: Path, workdir: Path, target) -> None:
+    # The standard library proper: a copy without site-packages (third-party code that
+    # some Python installs keep inside the stdlib folder), so machines compare.
+    copy = workdir / "stdlib"
+    shutil.copytree(stdlib, copy, symlinks=True,
+                    ignore=shutil.ignore_patterns("site-packages", "dist-packages"))
+    stdlib = copy
     db = workdir / "stdlib.db"
     store = HistoryStore(db)
     tok = Timed(target.tokenize)
@@ -74,7 +81,7 @@ def ingest(stdlib: Path, workdir: Path, target) -> None:
     store.close()
     size = db.stat().st_size
     mb = nbytes / 1e6
-    print(f"## ingest: {stdlib}")
+    print(f"## ingest: the Python standard library ({stdlib.name}, without site-packages)")
     print(f"{report.documents} documents, {mb:.1f} MB of text, {report.tokens} tokens;"
           f" skipped {report.skipped_binary} binary, {report.skipped_large} large;"
           f" {report.redactions} secrets redacted")

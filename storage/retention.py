@@ -72,6 +72,9 @@ def enforce_budget(store: HistoryStore, max_bytes: int = DEFAULT_MAX_BYTES,
             store.db.execute(
                 "delete from scopes where root not in (select distinct scope from documents)"
                 f" and root not in ({marks})", protect)
+    with store.transaction() as c:  # the change log only needs a recent window
+        c.execute("delete from changes where seq <= (select max(seq) from changes) - ?",
+                  [CHANGES_KEEP])
     return EvictionReport(max_bytes, before, size, evicted, size > max_bytes)
 
 

@@ -286,7 +286,9 @@ class HistoryStore:
         """``(seq, document_id, scope, op)`` rows logged after ``seq``, oldest first.
 
         An in-memory index remembers the last seq it applied and replays the rest:
-        ``put`` means (re)read the document, ``delete`` means drop its tokens.
+        ``put`` means (re)read the document, ``delete`` means drop its tokens. Only the
+        last ``storage.retention.CHANGES_KEEP`` rows are kept: an index whose seq is
+        older than the first row left must rebuild from the documents.
         """
         return self.db.execute(
             "select seq, document_id, scope, op from changes where seq > ? order by seq", [seq]

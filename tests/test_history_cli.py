@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from storage.retention import enforce_budget, history_bytes
 from storage.store import HistoryStore
 from tests.conftest import make_repo
@@ -452,11 +454,13 @@ def test_index_with_max_history_mb_evicts_the_older_scope_not_the_indexed_one(tm
 # -- watch ---------------------------------------------------------------------------------
 
 
-def test_index_watch_picks_up_a_new_file_and_stops_cleanly_on_sigint(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_index_watch_picks_up_a_new_file_and_stops_cleanly_on_signal(tmp_path, sig):
     """`assistd index REPO --watch --no-agent-transcripts` as a subprocess: after
     "watching" on stderr, a file created in the repo appears as a document in the DB
-    (read-only polling, 30 s at most); SIGINT then ends the process within 10 s with exit
-    code 0 and "stopped" on stderr, and the DB passes `PRAGMA integrity_check`."""
+    (read-only polling, 30 s at most); SIGINT (Ctrl-C) or SIGTERM (a service manager) then
+    ends the process within 10 s with exit code 0 and "stopped" on stderr, and the DB
+    passes `PRAGMA integrity_check`."""
     repo = make_repo(tmp_path / "proj", REPO_FILES).resolve()
     db = tmp_path / "h.db"
     proc = subprocess.Popen(
@@ -484,7 +488,7 @@ def test_index_watch_picks_up_a_new_file_and_stops_cleanly_on_sigint(tmp_path):
                          [str(repo), "live_added.py"])
             time.sleep(0.2)
         assert found == [("def live():\n    return 'added while watching'\n",)], "".join(err)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         rc = proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
