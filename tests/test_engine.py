@@ -342,3 +342,14 @@ def test_completion_cut_mid_character_holds_back_the_partial_bytes(target, max_t
     ids = target.tokenize("# 日本語のコメント：この関数は")
     g = generate(target, ids, None, max_tokens=max_tokens)
     assert g.stop_reason == "max_tokens" and not g.text.endswith("\ufffd")
+
+
+def test_tokenize_matches_llama_cpp_python_beyond_the_training_context(target):
+    """Our llama_tokenize call (one buffer of len(bytes)+1) gives llama-cpp-python's ids,
+    for an empty text, multi-byte characters, and a text longer than the 8,192-token
+    training context (where llama-cpp-python retries with a second full tokenization)."""
+    long_text = "".join(f"def f{i}(x):\n    return x * {i}  # é\n" for i in range(1500))
+    for text in ["", "héllo 世界 🎉\n", "\n\n    ", long_text]:
+        want = target._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        assert target.tokenize(text) == want
+    assert len(target.tokenize(long_text)) > 8192

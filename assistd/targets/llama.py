@@ -136,7 +136,22 @@ class LlamaTarget(Target):
             raise RuntimeError(f"KV cache rollback to {n} failed")
 
     def tokenize(self, text: str) -> list[int]:
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        """Text -> token ids (no BOS, special tokens as plain text).
+
+        Our own call of ``llama_tokenize``: llama-cpp-python's sizes its buffer to the
+        model's training context, so any text over that many tokens (8,192 for SmolLM2:
+        a 25 kB source file) was tokenized twice. A text never has more tokens than
+        UTF-8 bytes, so one buffer of that size always suffices.
+        """
+        data = text.encode("utf-8")
+        cap = len(data) + 1
+        buf = (ctypes.c_int32 * cap)()
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, cap, False, False)
+        if n < 0:  # cannot happen (see above); keep llama.cpp's contract anyway
+            cap = -n
+            buf = (ctypes.c_int32 * cap)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, cap, False, False)
+        return np.frombuffer(buf, dtype=np.int32, count=n).tolist()
 
     def detokenize(self, ids: Sequence[int], prev: Sequence[int] | None = None) -> str:
         """Concatenated piece bytes (control tokens render as nothing), decoded as UTF-8.
