@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -297,7 +298,9 @@ def test_file_outside_git_does_not_pull_its_dotfiles_into_the_history(tmp_path):
     r = assistd("complete", "--file", home / "scratch.py", "--max-tokens", 3, "--json", db=db)
     out = json.loads(r.stdout)
     assert out["history"]["scope"] is None and out["index"] is None
-    # Opting in with --repo indexes it (and .netrc is then the user's choice).
+    # Opting in with --repo indexes it, but never a credential file such as .netrc.
     r = assistd("complete", "--file", home / "scratch.py", "--repo", home, "--max-tokens", 3,
                 "--json", db=db)
-    assert json.loads(r.stdout)["history"]["documents"] == 2
+    assert json.loads(r.stdout)["history"]["documents"] == 1
+    with sqlite3.connect(db) as c:
+        assert c.execute("select path from documents").fetchall() == [("scratch.py",)]
