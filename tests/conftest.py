@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from assistd.session import default_model_path
 from assistd.targets.llama import LlamaTarget
 from storage.store import HistoryStore
+
+# Real agent transcripts (BRIEF §7), read in place from ../shared, never copied here.
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
+needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"real transcripts not present at {FIXTURES} (BRIEF §7)")  # noqa: E501
 
 
 @pytest.fixture(scope="session", autouse=True)

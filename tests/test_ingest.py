@@ -15,12 +15,9 @@ import pytest
 
 from storage.ingest import TranscriptIngester, ingest_paths
 from storage.store import HistoryStore
-from tests.conftest import make_repo
+from tests.conftest import FIXTURES, make_repo, needs_fixtures
 
 FP = "bytes-v1"
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(),
-                                    reason=f"shared transcript fixtures not present at {FIXTURES}")
 
 
 def tok(text):

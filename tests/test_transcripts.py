@@ -19,11 +19,9 @@ from storage.transcripts import (
     ASSISTANT, FORMATS, HEAD_BYTES, TOOL_INPUT, Append, LineParser, Put, Rewind,
     TranscriptError, WholeParser, apply_ops, detect_format, open_bytes, parse_all, parser_for,
 )
+from tests.conftest import FIXTURES, needs_fixtures
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
 DATA = Path(__file__).resolve().parent / "data" / "transcripts"
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"real transcripts not present at {FIXTURES} (BRIEF §7)")
 
 # (fixture, format, assistant records, tool_input records). Counted by hand, independently
 # of the parsers:
