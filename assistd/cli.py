@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
 from pathlib import Path
 
 import click
@@ -121,7 +122,7 @@ def _transcript_line(t) -> str:
 @_model_option
 @_backend_option
 @click.option("--max-bytes", type=click.IntRange(1), default=1_000_000, show_default=True,
-              help="Skip files larger than this.")
+              help="Skip files, and transcript records, larger than this many bytes.")
 @click.option("--max-history-mb", type=click.IntRange(1), default=None, envvar="ASSISTD_MAX_HISTORY_MB",
               help="History size budget (text + tokens, MiB); least recently used scopes are"
                    " evicted first. [env: ASSISTD_MAX_HISTORY_MB; default: 2048]")
@@ -179,6 +180,7 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
     watcher = HistoryWatcher(store, target.tokenize, target.fingerprint, repos=repos,
                              transcripts=locations, max_bytes=max_bytes)
     protect = [str(r.resolve()) for r in repos]
+    started_utc = time.time()  # what this run stores is never evicted by this run
     if watch:
         watcher.start()  # before the scan: a change made during the scan is not missed
     update, close = _progress("indexing")
@@ -186,7 +188,7 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
         repo_reports, t_report = watcher.scan(update)
     finally:
         close()
-    show(repo_reports, t_report, enforce_budget(store, budget, protect))
+    show(repo_reports, t_report, enforce_budget(store, budget, protect, started_utc))
     if not watch:
         return
     click.echo(f"watching {len(repos)} repositories and {len(locations)} transcript"
@@ -195,7 +197,8 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
     def on_batch(batch):
         if batch.tokenized or batch.transcripts.records_removed or any(
                 r.removed for r in batch.repos):
-            show(batch.repos, batch.transcripts, enforce_budget(store, budget, protect))
+            show(batch.repos, batch.transcripts,
+                 enforce_budget(store, budget, protect, batch.started_utc))
 
     watcher.on_batch = on_batch
     stop = threading.Event()

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 HEAD_BYTES = 4096  # hashed to tell a rewritten file from an appended one
 CHUNK_BYTES = 1 << 20  # read (and commit) at most this much of a file per transaction
+MAX_LINE_BYTES = 64 << 20  # a longer line is skipped and counted (a pasted blob, a runaway log)
+MAX_WHOLE_BYTES = 256 << 20  # a whole-JSON or .zst transcript (decompressed) is read up to this
+DEFAULT_MAX_RECORD_BYTES = 1_000_000  # as ``assistd index --max-bytes`` for repository files
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -60,6 +63,7 @@ class TranscriptReport:
     unchanged: int = 0
     unknown_format: int = 0  # files whose content matches no known format
     unparseable: int = 0  # whole-JSON files that do not parse (e.g. mid-rewrite); retried
+    skipped_large: int = 0  # records over max_record_bytes, lines over 64 MiB, files over 256 MiB
     vanished: int = 0
     rewritten: int = 0  # truncated or rewritten files read again from byte 0
     records_put: int = 0  # records created or changed
@@ -104,7 +108,8 @@ class TranscriptIngester:
     """
 
     def __init__(self, store: HistoryStore, tokenize: Callable[[str], list[int]],
-                 fingerprint: str):
+                 fingerprint: str, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES):
+        self.max_record_bytes = max_record_bytes
         self.store = store
         self.tokenize = tokenize
         self.fingerprint = fingerprint
@@ -162,7 +167,11 @@ class TranscriptIngester:
     # -- whole files ----------------------------------------------------------
 
     def _ingest_whole(self, path, st, fmt, parser, fallback, report) -> None:
-        data = open_bytes(path)
+        data = open_bytes(path, max_bytes=MAX_WHOLE_BYTES + 1)  # a .zst bomb stops here
+        if len(data) > MAX_WHOLE_BYTES:
+            report.skipped_large += 1
+            log.info("skipped %s: over %d bytes", path, MAX_WHOLE_BYTES)
+            return
         if isinstance(parser, WholeParser):
             ops = parser.parse(data)
         else:  # a compressed line format: feed every line to a fresh parser
@@ -208,7 +217,19 @@ class TranscriptIngester:
                 at_eof = len(chunk) < size
                 lines, consumed = _complete_lines(chunk, at_eof and parser.json_lines)
                 if consumed == 0 and not at_eof:  # one line longer than the chunk
-                    size *= 2
+                    if size < MAX_LINE_BYTES:
+                        size *= 2
+                        continue
+                    end = _next_newline(f, offset + size)
+                    if end is None:
+                        break  # still being written: wait for its end
+                    with self.store.transaction():  # skip the giant line, keep the place
+                        offset = end
+                        report.skipped_large += 1
+                        f.seek(0)
+                        self._save_state(path, st, fmt, offset, f.read(min(offset, HEAD_BYTES)),
+                                         parser, base, report, complete=False)
+                    size = CHUNK_BYTES
                     continue
                 if consumed == 0 and not reset:
                     break  # nothing complete yet: a partly written last line waits
@@ -291,7 +312,13 @@ class TranscriptIngester:
                     report.records_removed += self.store.remove_documents([old[0]])
                 continue
             scope = self._scope(rec["cwd"], fallback)
-            content_hash = _sha(rec["text"].encode("utf-8", "surrogatepass"))
+            raw = rec["text"].encode("utf-8", "surrogatepass")
+            if len(raw) > self.max_record_bytes:
+                report.skipped_large += 1
+                if old is not None:
+                    report.records_removed += self.store.remove_documents([old[0]])
+                continue
+            content_hash = _sha(raw)
             if old is not None:
                 if old[2] != scope:  # the record moved project: drop the old copy
                     self.store.remove_documents([old[0]])
@@ -354,6 +381,20 @@ class TranscriptIngester:
         return self._scope_cache[cwd]
 
 
+def _next_newline(f, start: int) -> int | None:
+    """Offset just past the first newline at or after ``start`` in file ``f``, or None."""
+    pos = start
+    while True:
+        f.seek(pos)
+        block = f.read(CHUNK_BYTES)
+        if not block:
+            return None
+        i = block.find(b"\n")
+        if i >= 0:
+            return pos + i + 1
+        pos += len(block)
+
+
 def _complete_lines(chunk: bytes, at_eof: bool) -> tuple[list[bytes], int]:
     """Split ``chunk`` into complete lines -> (lines without newlines, bytes consumed).
 
@@ -381,10 +422,11 @@ def _complete_lines(chunk: bytes, at_eof: bool) -> tuple[list[bytes], int]:
 
 def ingest_paths(store: HistoryStore, paths, tokenize, fingerprint,
                  default_scope: str | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> TranscriptReport:
+                 progress: Callable[[int, int], None] | None = None,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> TranscriptReport:
     """Ingest transcript files and folders (walked recursively; each file's format is
     detected from its content). Returns the summed report."""
-    ingester = TranscriptIngester(store, tokenize, fingerprint)
+    ingester = TranscriptIngester(store, tokenize, fingerprint, max_record_bytes=max_record_bytes)
     files = list(iter_transcript_files(paths))
     total = TranscriptReport()
     for n, f in enumerate(files, 1):

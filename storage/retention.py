@@ -46,8 +46,10 @@ def history_bytes(store: HistoryStore) -> int:
 
 
 def enforce_budget(store: HistoryStore, max_bytes: int = DEFAULT_MAX_BYTES,
-                   protect=()) -> EvictionReport:
-    """Evict documents until the history fits in ``max_bytes``; never from ``protect`` scopes."""
+                   protect=(), keep_since_utc: float | None = None) -> EvictionReport:
+    """Evict documents until the history fits in ``max_bytes``; never from ``protect``
+    scopes, and never a document stored at or after ``keep_since_utc`` (what the run
+    that enforces the budget has just indexed, e.g. transcript records of other scopes)."""
     size = before = history_bytes(store)
     evicted = 0
     if size > max_bytes:
@@ -57,9 +59,9 @@ def enforce_budget(store: HistoryStore, max_bytes: int = DEFAULT_MAX_BYTES,
             "select d.id, d.num_bytes + 4 * coalesce((select sum(t.num_tokens) from"
             " tokenizations t where t.document_id = d.id), 0)"
             " from documents d left join scopes s on s.root = d.scope"
-            f" where d.scope not in ({marks})"
+            f" where d.scope not in ({marks}) and d.updated_utc < ?"
             " order by coalesce(s.last_used_utc, s.indexed_utc, 0), d.updated_utc, d.id",
-            protect,
+            [*protect, keep_since_utc if keep_since_utc is not None else float("inf")],
         ).fetchall()
         victims = []
         for doc_id, nbytes in rows:

@@ -55,6 +55,7 @@ class BatchReport:
     transcripts: TranscriptReport = field(default_factory=TranscriptReport)
     first_event_monotonic: float = 0.0  # when the batch's first event was queued
     done_monotonic: float = 0.0  # when its changes were committed
+    started_utc: float = 0.0  # wall clock when the batch began applying changes
 
     @property
     def tokenized(self) -> int:
@@ -89,7 +90,8 @@ class HistoryWatcher:
         self.store = store
         self.indexers = [RepoIndexer(store, Path(r), tokenize, fingerprint, max_bytes=max_bytes)
                          for r in repos]
-        self.ingester = TranscriptIngester(store, tokenize, fingerprint)
+        self.ingester = TranscriptIngester(store, tokenize, fingerprint,
+                                           max_record_bytes=max_bytes)
         self.transcripts = [Path(os.path.abspath(t)) for t in transcripts]
         self.debounce_s = debounce_s
         self.max_delay_s = max_delay_s
@@ -162,7 +164,8 @@ class HistoryWatcher:
                 events.append(self._queue.get(timeout=self.debounce_s))
             except queue.Empty:
                 break
-        batch = BatchReport(events=len(events), first_event_monotonic=first[0])
+        batch = BatchReport(events=len(events), first_event_monotonic=first[0],
+                            started_utc=time.time())
         repo_paths: dict[int, set[str]] = {}
         transcript_files: dict[str, str | None] = {}
         for _, kind, src, dest in events:

@@ -527,3 +527,26 @@ def test_history_json_outputs_parse_on_an_empty_history(tmp_path):
     assert json.loads(assistd("history", "sources", "--json", db=db).stdout) == []
     v = json.loads(assistd("history", "vacuum", "--json", db=db).stdout)
     assert set(v) == {"db", "bytes_before", "bytes_after"} and v["db"] == str(db)
+
+
+def test_budget_never_evicts_what_the_run_just_stored(tmp_path):
+    """Transcript records indexed by this run (in other scopes than the repository) are
+    kept even when the budget is tight; older documents go instead (newcomer report:
+    a run with --max-history-mb evicted the aider records it had just read)."""
+    import time as _time
+
+    store = HistoryStore(tmp_path / "h.db")
+    for scope, when in (("/old", 1.0), ("/new", None)):
+        store.put_document(scope=scope, path="a.txt", source_kind="repo", language_id="plaintext",
+                           content_hash=scope, num_bytes=100, mtime_ns=0, text="x" * 100,
+                           decoded_with_replacement=False, fingerprint="fp", token_ids=[1] * 25)
+        if when is not None:
+            store.db.execute("update documents set updated_utc = ? where scope = ?", [when, scope])
+    cutoff = _time.time() - 0.5
+    report = enforce_budget(store, 150, protect=(), keep_since_utc=cutoff)
+    assert report.documents_evicted == 1
+    assert [r[0] for r in store.db.execute("select scope from documents")] == ["/new"]
+    # Nothing else can go: still over budget, and the fresh document stays.
+    report = enforce_budget(store, 10, protect=(), keep_since_utc=cutoff)
+    assert report.documents_evicted == 0 and report.over_budget
+    store.close()

@@ -227,3 +227,33 @@ def test_pass_interrupted_between_chunks_resumes_exactly(store, tmp_path, monkey
     assert 0 < partial < 300
     TranscriptIngester(store, tok, FP).ingest(f)
     assert texts(store) == [f"answer number {i} " * 20 for i in range(300)]
+
+
+def test_oversized_records_lines_and_archives_are_skipped_and_counted(store, tmp_path,
+                                                                      monkeypatch):
+    """A record over max_record_bytes, a line over MAX_LINE_BYTES and a .zst that inflates
+    past MAX_WHOLE_BYTES (a decompression bomb) are each skipped and counted; the records
+    around them are kept (newcomer report: a 1 GiB .zst line ended in bad_alloc)."""
+    import zstandard
+
+    import storage.ingest as ingest_mod
+
+    monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(ingest_mod, "MAX_LINE_BYTES", 16384)
+    monkeypatch.setattr(ingest_mod, "MAX_WHOLE_BYTES", 100_000)
+    ing = TranscriptIngester(store, tok, FP, max_record_bytes=2000)
+    f = tmp_path / "s.jsonl"
+    f.write_text(claude_line(0, "small before", tmp_path)
+                 + claude_line(1, "y" * 5000, tmp_path)  # record over 2,000 bytes
+                 + claude_line(2, "z" * 40_000, tmp_path)  # line over 16 KiB
+                 + claude_line(3, "small after", tmp_path))
+    r = ing.ingest(f)
+    assert texts(store) == ["small before", "small after"]
+    assert r.skipped_large == 2
+    bomb = tmp_path / "rollout.jsonl.zst"
+    line = (json.dumps({"role": "assistant", "content": "hi"}) + "\n"
+            + json.dumps({"role": "assistant", "content": "x" * 200_000}) + "\n")
+    bomb.write_bytes(zstandard.ZstdCompressor().compress(line.encode()))
+    assert bomb.stat().st_size < 2000
+    r = ing.ingest(bomb)
+    assert r.skipped_large == 1 and texts(store) == ["small before", "small after"]
