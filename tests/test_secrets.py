@@ -443,3 +443,38 @@ def test_prefilter_is_selective_on_stdlib():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q", "-p", "no:asyncio"]))
+
+
+# Formats detect-secrets' default plugins miss, found by a break-it run (all were stored
+# in full); random values so no allow-list can hide them.
+def _rnd(n, alphabet=string.ascii_letters + string.digits, seed=5):
+    rng = random.Random(seed + n)
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+@pytest.mark.parametrize("template,value", [
+    ("ADMIN_PASS={v}\nHOME=/root\n", "correcthorsebatterystaple"),
+    ("HUGGINGFACE: {v}\n", "hf_" + _rnd(34)),
+    ("ENV HF_HUB {v}\n", "hf_" + _rnd(34)),
+    ("My anthropic key: {v} (do not share)", "sk-ant-api03-" + _rnd(40)),
+    ("curl 'https://maps.example/geo?address=x&key={v}'", "AIza" + _rnd(35)),
+    ("//registry.npmjs.org/:_authToken={v}\n", "npm_" + _rnd(36)),
+    ("curl -u admin:{v} https://ci.example/api", "Tr0ub4dor&3xQ!zz"),
+    ("docker login -u admin -p {v} registry.example", "Tr0ub4dor&3xQ!zz"),
+    ("I set `DB_PASSWORD={v}` and restarted.", "Tr0ub4dor&3xQ!zz"),
+    ('{{"command": "export GITLAB_TOKEN={v} && make"}}', _rnd(24)),
+])
+def test_formats_beyond_the_default_plugins_are_redacted(template, value):
+    text = template.format(v=value)
+    out = redact(text)
+    assert value not in out.text and out.count >= 1, out.text
+    assert REDACTED in out.text
+    assert redact(out.text).text == out.text
+
+
+@pytest.mark.parametrize("line", [
+    "DB_PASSWORD = get_password()\n", "API_KEY=$OTHER_KEY\n", "secret_key: ${SECRET}\n",
+    "TOKEN_DTYPE = np.dtype('<u4')\n", "x = os.environ['TOKEN']\n",
+])
+def test_references_and_code_are_not_redacted_by_the_extra_detectors(line):
+    assert redact(line).count == 0
