@@ -95,8 +95,11 @@ class HistoryStore:
         except HistoryError:
             raise
         except (sqlite3.DatabaseError, OSError, sqlite_utils.db.AlterError) as e:
+            damaged = "not a database" in str(e) or "malformed" in str(e)
+            hint = ("move the damaged file aside (`assistd index` rebuilds the history), or "
+                    if damaged else "")
             raise HistoryError(
-                f"cannot open history database {self.path}: {e}; "
+                f"cannot open history database {self.path}: {e}; {hint}"
                 "pass --db FILE or set ASSISTD_DB to a writable path"
             ) from e
 

@@ -98,6 +98,8 @@ class HistoryWatcher:
         self.on_batch = on_batch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._observer = None
+        self._handler = _Enqueue(self._queue)
+        self._missing: set[int] = set()  # indexers whose root is gone (its watch died with it)
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -105,9 +107,10 @@ class HistoryWatcher:
         """Start watching (events queue up until :meth:`run` or :meth:`process_batch`).
         Start before :meth:`scan` so that no change made during the scan is missed."""
         observer = Observer()
-        handler = _Enqueue(self._queue)
-        for ix in self.indexers:
-            observer.schedule(handler, str(ix.root), recursive=True)
+        handler = self._handler
+        self._watches = {}
+        for i, ix in enumerate(self.indexers):
+            self._watches[i] = observer.schedule(handler, str(ix.root), recursive=True)
         for t in self.transcripts:
             if t.is_dir():
                 observer.schedule(handler, str(t), recursive=True)
@@ -141,6 +144,31 @@ class HistoryWatcher:
         stop = stop or threading.Event()
         while not stop.is_set():
             self.process_batch(timeout=poll_s)
+            self._check_roots()
+
+    def _check_roots(self) -> None:
+        """A repository deleted while watched takes its inotify watch with it: warn, and
+        when it comes back (re-cloned, restored), watch and scan it again."""
+        for i, ix in enumerate(self.indexers):
+            present = ix.root.is_dir()
+            if not present and i not in self._missing:
+                self._missing.add(i)
+                log.warning("%s is gone; watching for it to come back", ix.root)
+            elif present and i in self._missing:
+                self._missing.discard(i)
+                if self._observer is not None:
+                    old = self._watches.pop(i, None)
+                    if old is not None:  # the dead watch, or schedule() would return it
+                        try:
+                            self._observer.unschedule(old)
+                        except (KeyError, OSError):
+                            pass
+                    self._watches[i] = self._observer.schedule(self._handler, str(ix.root),
+                                                               recursive=True)
+                report = ix.scan()
+                log.warning("%s is back: rescanned (%d documents)", ix.root, report.documents)
+                if self.on_batch is not None:
+                    self.on_batch(BatchReport(repos=[report], started_utc=time.time()))
 
     # -- batches ------------------------------------------------------------------
 

@@ -206,8 +206,10 @@ def test_corrupt_database_is_a_clear_error(tmp_path):
     bad.write_bytes(b"this is not sqlite" * 100)
     from assistd.errors import HistoryError
 
-    with pytest.raises(HistoryError, match="cannot open history database"):
+    with pytest.raises(HistoryError, match="cannot open history database") as e:
         HistoryStore(bad)
+    assert "move the damaged file aside" in str(e.value)
+    assert bad.read_bytes() == b"this is not sqlite" * 100  # nothing lost or overwritten
 
 
 def test_language_ids_are_recorded(store, tmp_path):

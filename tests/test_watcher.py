@@ -209,3 +209,28 @@ def test_transcript_appends_are_followed_live(tmp_path):
     finally:
         w.stop()
         store.close()
+
+
+def test_repository_deleted_and_recreated_is_watched_again(tmp_path):
+    """`rm -rf repo; git init repo` under --watch: the old watch died with the directory;
+    the watcher notices the root is back, watches it again and indexes its files."""
+    import shutil
+
+    root = make_repo(tmp_path / "repo", {"a.py": "a = 1\n"}).resolve()
+    store = HistoryStore(tmp_path / "h.db")
+    w = HistoryWatcher(store, CountingTokenizer(), FP, repos=[root])
+    w.start()
+    w.scan()
+    try:
+        shutil.rmtree(root)
+        w.process_batch(timeout=1.0)
+        w._check_roots()
+        assert paths(store, root) == set()
+        make_repo(root, {"d.py": "d = 1\n"})
+        w._check_roots()  # the run loop does this after every batch or idle second
+        assert paths(store, root) == {"d.py"}
+        (root / "e.py").write_text("e = 2\n")
+        settle(w, lambda: "e.py" in paths(store, root))
+    finally:
+        w.stop()
+        store.close()
