@@ -132,7 +132,7 @@ class TranscriptIngester:
                 and row["inode"] == st.st_ino:
             report.unchanged += 1
             return report
-        fallback = default_scope or f"transcripts:{path.parent}"
+        fallback = default_scope or self._gemini_scope(path) or f"transcripts:{path.parent}"
         try:
             with open(path, "rb") as f:
                 sniff = f.read(SNIFF_BYTES)
@@ -368,6 +368,17 @@ class TranscriptIngester:
             "redactions": (base.get("redactions") or 0) + report.redactions,
             "updated_utc": time.time(), **counters,
         })
+
+    def _gemini_scope(self, path: Path) -> str | None:
+        """Gemini CLI keeps sessions in ``~/.gemini/tmp/<sha256 of the project root>/chats``
+        and records no cwd: the scope is the indexed repository whose root hashes so."""
+        project = path.parent.parent.name
+        if path.parent.name != "chats" or len(project) != 64:
+            return None
+        for (root,) in self.store.db.execute("select root from scopes"):
+            if hashlib.sha256(root.encode("utf-8")).hexdigest() == project:
+                return root
+        return None
 
     def _scope(self, cwd: str | None, fallback: str) -> str:
         """The scope of a record: the git root of its ``cwd`` (as ``assistd index`` names

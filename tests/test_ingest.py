@@ -257,3 +257,24 @@ def test_oversized_records_lines_and_archives_are_skipped_and_counted(store, tmp
     assert bomb.stat().st_size < 2000
     r = ing.ingest(bomb)
     assert r.skipped_large == 1 and texts(store) == ["small before", "small after"]
+
+
+def test_gemini_sessions_join_the_repository_whose_root_they_hash(store, tmp_path):
+    """Gemini CLI records no cwd; its folder ~/.gemini/tmp/<sha256(project root)>/chats
+    names the project, so the records join that indexed repository's scope."""
+    import hashlib
+
+    from storage.indexer import index_repository
+
+    repo = make_repo(tmp_path / "proj", {"a.py": "a = 1\n"})
+    index_repository(store, repo, tok, FP)
+    root = str(repo.resolve())
+    chats = tmp_path / "gemini" / "tmp" / hashlib.sha256(root.encode()).hexdigest() / "chats"
+    chats.mkdir(parents=True)
+    session = chats / "session-1.json"
+    session.write_text(json.dumps({"sessionId": "s1", "projectHash": chats.parent.name,
+                                   "messages": [{"id": "m1", "type": "gemini",
+                                                 "content": "Here is the plan."}]}))
+    r = TranscriptIngester(store, tok, FP).ingest(session)
+    assert r.formats == {"gemini_json": 1}
+    assert [s for _, s in records(store).values()] == [root]
