@@ -1,4 +1,11 @@
-"""The proposer interface and registry."""
+"""The proposer interface and registry.
+
+A proposer turns the committed context (token ids of the Target) into a draft of
+at most ``k`` tokens. It is one class with one required method,
+:meth:`Proposer.propose`, and a ``name``; ``@register`` makes it available by
+name, so a new proposer is one new file. Proposers never touch the Target or its
+KV cache (a draft model owns its own model and cache).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +20,15 @@ class Draft:
     """Draft tokens for one round.
 
     tokens:    int64 ``[k]`` proposed token ids, ``1 <= k <=`` the ceiling asked for.
-    probs:     float ``[k]`` estimated probability per token, or None when the
-               proposer has no estimate. Never used as q in sampling (BRIEF §3).
-    source:    where the continuation came from: ``"context"`` or ``"history:<path>"``.
+    probs:     float ``[k]`` estimated probability that each token is accepted given
+               the ones before it were (so ``cumprod(probs)`` estimates the
+               cumulative acceptance A_i), or None when the proposer has no estimate.
+               Never used as q in sampling (BRIEF §3).
+    source:    where the continuation came from: ``"context"`` (the live request),
+               ``"history"`` (the scope's persistent history) or ``"model"`` (a draft model).
     match_len: tokens of context suffix that matched at the source (0 if not a lookup).
+    document:  the history document the continuation was read from (its path or
+               name), or None.
     q_rows:    float ``[k, n_vocab]``, a draft model's full distribution at each
                position, or None for model-free drafts (then q = δ_d in sampling).
     """
@@ -25,7 +37,16 @@ class Draft:
     probs: np.ndarray | None
     source: str
     match_len: int
+    document: str | None = None
     q_rows: np.ndarray | None = None
+
+    @property
+    def score(self) -> float:
+        """Expected accepted tokens by the proposer's own estimate: Σ_i Π_{j≤i} probs_j
+        (SuffixDecoding's path score); the draft length when there is no estimate."""
+        if self.probs is None:
+            return float(len(self.tokens))
+        return float(np.cumprod(self.probs).sum())
 
 
 class Proposer:
@@ -33,9 +54,13 @@ class Proposer:
 
     name: ClassVar[str] = ""
 
-    def propose(self, context: np.ndarray, k: int) -> Draft | None:
+    def propose(self, context: np.ndarray, k: int, *, scope: str | None = None,
+                language: str | None = None) -> Draft | None:
         """Draft up to ``k`` tokens to follow ``context`` (int64 ``[n]`` committed ids).
 
+        scope:    the history scope to draft from (a repository root), or None for
+                  the proposer's default (the live context only, or the only scope).
+        language: the document's language id (``"python"``, ``"markdown"``...), a hint.
         Returns None when there is nothing worth proposing (the step is then a
         plain decode step, not a round).
         """
