@@ -74,6 +74,8 @@ def generate(
     stop: Sequence[str] = (),
     reuse_prefix: bool = True,
     trace: bool = False,
+    scope: str | None = None,
+    language: str | None = None,
 ) -> Generation:
     """Decode up to ``max_tokens`` tokens after ``prompt`` (token ids, non-empty).
 
@@ -86,7 +88,8 @@ def generate(
     call is kept up to the longest common prefix with this prompt, and only the
     rest is evaluated (counted in the ledger as ``prompt_tokens_reused`` /
     ``prompt_tokens_evaluated``). Raises ValueError on an empty prompt or a
-    prompt that does not fit the context window.
+    prompt that does not fit the context window. ``scope`` and ``language`` go to the
+    proposer (the history scope to draft from, the document's language id).
     """
     if not prompt:
         raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
@@ -125,7 +128,7 @@ def generate(
         draft = d = None
         if proposer is not None and k_cap >= 1:
             t0 = time.perf_counter()
-            d = proposer.propose(ctx[:n], k_cap)
+            d = proposer.propose(ctx[:n], k_cap, scope=scope, language=language)
             ledger.draft_ms += (time.perf_counter() - t0) * 1000
             if d is not None:
                 draft = np.asarray(d.tokens[:k_cap], dtype=np.int64)

@@ -194,7 +194,7 @@ def complete_at(
     a directory outside git is drafted from only if ``assistd index`` took it before.
     """
     from proposers import make_proposer
-    from proposers.ngram import HistoryIndex
+    from proposers.index import HistoryIndex
 
     if max_tokens + 1 >= n_ctx:
         raise InputError(f"--max-tokens {max_tokens} does not fit --n-ctx {n_ctx}")
@@ -217,9 +217,9 @@ def complete_at(
         report = index_repository(store, root, target.tokenize, target.fingerprint,
                                   recursive=recursive)
         store.mark_used(report.scope)  # eviction keeps the scopes completions use
-        docs = store.token_arrays(report.scope, target.fingerprint)
         history = store.scope_summary(report.scope, target.fingerprint)
-        hist_index = HistoryIndex([(p, ids) for _, p, ids in docs], key_n=2)
+        hist_index = HistoryIndex(width=2 if target.n_vocab < 65535 else 4)
+        hist_index.load(store, report.scope, target.fingerprint)
 
     budget = min(max_prompt_tokens, target.n_ctx - max_tokens - 1)
     # Tokenize only the tail that can fit (a token is rarely over 16 characters):
@@ -238,12 +238,32 @@ def complete_at(
         # On torch uncapped k=16 won on one prompt and lost on three
         # (benchmarks/torch_lookup.py), so one default for now; the tuner will pick k
         # from each backend's measured cost t(k).
-        alpha = 0.5
-        prop = make_proposer(proposer, history=hist_index, alpha=alpha)
-    gen = generate(target, ids, prop, max_tokens=max_tokens, k=k, sampling=sampling, stop=stop)
+        prop = make_proposer(proposer, **proposer_options(proposer, target, hist_index))
+    gen = generate(target, ids, prop, max_tokens=max_tokens, k=k, sampling=sampling, stop=stop,
+                   scope=report.scope if report else None)
     return Completion(generation=gen, target=target, history=history, index=report,
                       proposer=proposer if prop else "none", k=k if prop else 0,
                       sampling=sampling)
+
+
+def proposer_options(name: str, target: Target, history) -> dict:
+    """Constructor options of proposer ``name`` for this Target and history index.
+
+    ngram: alpha=0.5, a match of m tokens drafts at most ceil(m/2): on llama.cpp on a
+    CPU verifying k tokens costs ~k/2 plain steps, so long drafts on weak matches lose
+    time (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain).
+    suffix: the cost model of BRIEF §5 on a CPU, so each draft is cut to the length
+    that pays; on a GPU, where t(n) is nearly flat, no cut (min_token_prob only).
+    The tuner issue replaces both with per-language choices from measured acceptance.
+    """
+    from assistd.costmodel import CostModel
+
+    if name == "ngram":
+        return {"history": history, "alpha": 0.5}
+    if name == "suffix":
+        cpu = str(target.device).startswith("cpu")
+        return {"history": history, "cost": CostModel.brief() if cpu else None}
+    return {"history": history}
 
 
 def ledger_line(c: Completion) -> str:

@@ -254,12 +254,16 @@ class HistoryStore:
     def add_tokenization(self, doc_id: int, fingerprint: str, content_hash: str, token_ids) -> None:
         """Store the tokenization of an unchanged document for another tokenizer."""
         blob = encode_tokens(token_ids)
+        now = time.time()
         with self._write() as c:
             c.execute(
                 "insert or replace into tokenizations (document_id, tokenizer_fingerprint,"
                 " content_hash, token_ids, num_tokens, created_utc) values (?,?,?,?,?,?)",
-                [doc_id, fingerprint, content_hash, blob, len(blob) // 4, time.time()],
+                [doc_id, fingerprint, content_hash, blob, len(blob) // 4, now],
             )
+            row = c.execute("select scope from documents where id = ?", [doc_id]).fetchone()
+            if row is not None:  # an index for this tokenizer must (re)read it
+                self._log_change(c, doc_id, row[0], "put", now)
 
     def document_text(self, doc_id: int) -> str:
         return self.db.execute("select text from documents where id = ?", [doc_id]).fetchone()[0]
@@ -296,6 +300,25 @@ class HistoryStore:
         return self.db.execute(
             "select seq, document_id, scope, op from changes where seq > ? order by seq", [seq]
         ).fetchall()
+
+    def last_change_seq(self) -> int:
+        """The seq of the newest ``changes`` row (0 when there is none)."""
+        return self.db.execute("select coalesce(max(seq), 0) from changes").fetchone()[0]
+
+    def first_change_seq(self) -> int | None:
+        """The seq of the oldest ``changes`` row still kept, or None."""
+        return self.db.execute("select min(seq) from changes").fetchone()[0]
+
+    def document_tokens(self, doc_id: int, fingerprint: str) -> tuple[str, np.ndarray] | None:
+        """``(path, ids[num_tokens])`` of one document for one tokenizer, or None when the
+        document is gone or has no current tokenization for it."""
+        row = self.db.execute(
+            "select d.path, t.token_ids from documents d"
+            " join tokenizations t on t.document_id = d.id"
+            " where d.id = ? and t.tokenizer_fingerprint = ? and t.content_hash = d.content_hash",
+            [doc_id, fingerprint],
+        ).fetchone()
+        return None if row is None else (row[0], decode_tokens(row[1]))
 
     def mark_indexed(self, scope: str, recursive: bool) -> None:
         with self._write() as c:

@@ -11,7 +11,8 @@ import pytest
 
 from assistd.engine import generate
 from proposers.base import Draft, Proposer
-from proposers.ngram import HistoryIndex, NgramProposer
+from proposers.index import HistoryIndex
+from proposers.ngram import NgramProposer
 from storage.indexer import index_repository
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,11 +40,12 @@ def repo_history(target, tmp_path_factory):
 
     store = HistoryStore(tmp_path_factory.mktemp("hist") / "h.db")
     report = index_repository(store, REPO, target.tokenize, target.fingerprint)
-    docs = [(p, ids) for _, p, ids in store.token_arrays(report.scope, target.fingerprint)]
-    for rel in ("json/encoder.py", "textwrap.py"):
-        docs.append((f"stdlib/{rel}", np.array(target.tokenize((STDLIB / rel).read_text()))))
+    index = HistoryIndex()
+    index.load(store, report.scope, target.fingerprint)
+    for i, rel in enumerate(("json/encoder.py", "textwrap.py")):
+        index.put(report.scope, -1 - i, target.tokenize((STDLIB / rel).read_text()), f"stdlib/{rel}")
     store.close()
-    return HistoryIndex(docs, key_n=2)
+    return index
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -157,7 +159,7 @@ class OracleProposer(Proposer):
     def __init__(self, prompt_len: int, future: list[int], junk: int):
         self.prompt_len, self.future, self.junk = prompt_len, future, junk
 
-    def propose(self, context, k):
+    def propose(self, context, k, **_):
         done = len(context) - self.prompt_len
         toks = (self.future[done:] + [self.junk] * k)[:k]
         return Draft(tokens=np.array(toks), probs=None, source="oracle", match_len=0)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from proposers import available, make_proposer
-from proposers.ngram import HistoryIndex, NgramProposer, lookup_context, match_lengths, pick
+from proposers.index import HistoryIndex
+from proposers.ngram import NgramProposer, lookup_context, match_lengths, pick
 
 A = np.array
 
@@ -46,36 +47,58 @@ def test_longest_match_wins_over_recency():
     assert d.tokens.tolist() == [9, 8] and d.match_len == 3
 
 
+def _index(*docs, scope="s"):
+    h = HistoryIndex()
+    for i, (name, ids) in enumerate(docs, 1):
+        h.put(scope, i, A(ids), name)
+    return h
+
+
 def test_history_lookup_and_document_boundary():
-    hist = HistoryIndex([("a.py", A([10, 11, 12, 13])), ("b.py", A([20, 21, 22]))], key_n=2)
-    assert len(hist) == 7
-    end, length = hist.lookup(A([5, 11, 12]), 2, 8, "recent")
-    assert (end, length) == (3, 2)
-    assert hist.continuation(end, 5).tolist() == [13]  # stops at the end of a.py
-    assert hist.document_name(end) == "a.py"
-    assert hist.document_name(6) == "b.py"
+    """[11, 12] occurs in a.py; what follows stops at the end of a.py."""
+    p = NgramProposer(_index(("a.py", [10, 11, 12, 13]), ("b.py", [20, 21, 22])), min_n=2, max_n=8)
+    d = p.propose(A([5, 11, 12]), 5, scope="s")
+    assert d.tokens.tolist() == [13] and d.source == "history"
+    assert d.document == "a.py" and d.match_len == 2
 
 
 def test_history_draft_beats_shorter_context_match():
-    hist = HistoryIndex([("lib.py", A([1, 2, 3, 4, 5, 6]))], key_n=2)
-    p = NgramProposer(hist, min_n=2, max_n=8)
-    d = p.propose(A([9, 2, 3, 7, 1, 2, 3]), 3)  # context has [2,3] (2), history has [1,2,3] (3)
+    p = NgramProposer(_index(("lib.py", [1, 2, 3, 4, 5, 6])), min_n=2, max_n=8)
+    d = p.propose(A([9, 2, 3, 7, 1, 2, 3]), 3, scope="s")  # context has [2,3] (2), history [1,2,3] (3)
     assert d.tokens.tolist() == [4, 5, 6]
-    assert d.source == "history:lib.py" and d.match_len == 3
+    assert d.source == "history" and d.document == "lib.py" and d.match_len == 3
 
 
 def test_no_match_across_documents():
     """The separator between documents never matches: [3, 20] spans a.py|b.py and is absent."""
-    hist = HistoryIndex([("a.py", A([1, 2, 3])), ("b.py", A([20, 21, 22]))], key_n=2)
-    assert hist.lookup(A([3, 20]), 2, 4, "recent") == (-1, 0)
+    p = NgramProposer(_index(("a.py", [1, 2, 3]), ("b.py", [20, 21, 22])), min_n=2, max_n=4)
+    assert p.propose(A([3, 20]), 4, scope="s") is None
+
+
+def test_occurrence_policy_recent_earliest_frequent():
+    """[1, 2] is followed by 7 (twice, early) then 8 (once, latest): each policy picks its own."""
+    ctx = A([1, 2, 7, 0, 1, 2, 7, 0, 1, 2, 8, 0, 1, 2])
+    pick_ = {pol: NgramProposer(min_n=2, max_n=2, policy=pol).propose(ctx, 1).tokens.tolist()
+             for pol in ("recent", "earliest", "frequent")}
+    assert pick_ == {"recent": [8], "earliest": [7], "frequent": [7]}
+    hist = _index(("a", [1, 2, 7]), ("b", [1, 2, 7]), ("c", [1, 2, 8]))
+    got = {pol: NgramProposer(hist, min_n=2, max_n=2, policy=pol).propose(A([5, 1, 2]), 1, scope="s")
+           for pol in ("recent", "earliest", "frequent")}
+    assert {p: (d.tokens.tolist(), d.document) for p, d in got.items()} == {
+        "recent": ([8], "c"), "earliest": ([7], "a"), "frequent": ([7], "b")}
+
+
+def test_context_shorter_than_window_and_empty_history():
+    assert NgramProposer(min_n=3).propose(A([1, 2]), 4) is None
+    assert NgramProposer(HistoryIndex(), min_n=2).propose(A([1, 2, 1, 2]), 4, scope="s").tokens.tolist() == [1, 2]
 
 
 def test_registry_and_bad_parameters():
     assert "ngram" in available()
     assert isinstance(make_proposer("ngram"), NgramProposer)
-    with pytest.raises(KeyError, match="known: ngram"):
+    with pytest.raises(KeyError, match="known: .*ngram"):
         make_proposer("nope")
     with pytest.raises(ValueError):
         NgramProposer(min_n=3, max_n=2)
-    with pytest.raises(ValueError, match="keys 3 tokens"):
-        NgramProposer(HistoryIndex([("a", A([1, 2, 3, 4]))], key_n=3), min_n=2)
+    with pytest.raises(ValueError, match="policy"):
+        NgramProposer(policy="latest")

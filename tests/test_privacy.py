@@ -12,7 +12,7 @@ import string
 import numpy as np
 
 from proposers import make_proposer
-from proposers.ngram import HistoryIndex
+from proposers.index import HistoryIndex
 from storage.indexer import index_repository
 from storage.ingest import TranscriptIngester
 from storage.store import HistoryStore
@@ -20,10 +20,10 @@ from tests.conftest import make_repo
 
 
 def _proposal(store, scope, target, prompt):
-    docs = store.token_arrays(scope, target.fingerprint)
-    index = HistoryIndex([(p, ids) for _, p, ids in docs], key_n=2)
+    index = HistoryIndex()
+    index.load(store, scope, target.fingerprint)
     prop = make_proposer("ngram", history=index, alpha=1.0)
-    draft = prop.propose(np.array(target.tokenize(prompt), dtype=np.int64), 16)
+    draft = prop.propose(np.array(target.tokenize(prompt), dtype=np.int64), 16, scope=scope)
     return "" if draft is None else target.detokenize(list(draft.tokens))
 
 

@@ -184,7 +184,7 @@ class FixedDraft(Proposer):
     def __init__(self, tokens):
         self.tokens = tokens
 
-    def propose(self, context, k):
+    def propose(self, context, k, **_):
         return Draft(tokens=np.array(self.tokens[:k]), probs=None, source="test", match_len=0)
 
 

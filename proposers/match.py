@@ -1,0 +1,120 @@
+"""Matching kernels shared by the lookup proposers: pure functions on token arrays.
+
+Each takes int64 token arrays and returns arrays; none keeps state. Worked examples
+in the docstrings run as doctests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from proposers.index import MAX_DEPTH, SEP, Occurrences
+
+_EXACT_BELOW = 32  # candidate count under which live match lengths are computed at once
+
+
+def match_lengths(tokens: np.ndarray, ends: np.ndarray, tail: np.ndarray, max_n: int) -> np.ndarray:
+    """Length of the common suffix of ``tokens[:e]`` and ``tail``, per candidate end ``e``.
+
+    tokens: int64 ``[N]``; ends: int64 ``[c]`` (exclusive end of each occurrence,
+    i.e. where its continuation starts); tail: int64 ``[t]``. Returns int64 ``[c]``,
+    each at most ``min(max_n, t)``.
+
+    >>> match_lengths(np.array([1, 2, 3, 4, 2, 3]), np.array([3, 6]), np.array([9, 2, 3]), 4)
+    array([2, 2])
+    """
+    n = min(max_n, len(tail))
+    if n == 0 or len(ends) == 0:
+        return np.zeros(len(ends), dtype=np.int64)
+    idx = ends[:, None] - 1 - np.arange(n)[None, :]  # [c, n]
+    valid = idx >= 0
+    got = tokens[np.where(valid, idx, 0)]
+    want = tail[::-1][:n]
+    eq = (got == want[None, :]) & valid
+    return np.cumprod(eq, axis=1).sum(axis=1)
+
+
+def frequent_path(cont: np.ndarray, max_len: int, min_prob: float,
+                  prior: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Follow the most frequent continuation through ``cont`` (int64 ``[c, d]``, SEP-padded).
+
+    At depth j the rows still on the path vote with their token; the winner (ties: the
+    smaller id) gets probability ``count / (rows + prior)``, rows that ended count in
+    the denominator. Stops at ``max_len``, when no row continues, or when the
+    product of probabilities would fall below ``min_prob``. Returns
+    ``(tokens int64 [L], probs float [L])``.
+
+    Worked example: rows [5, 6], [5, 7], [5, 6] -> 5 (3/3), then 6 (2/3).
+
+    >>> t, p = frequent_path(np.array([[5, 6], [5, 7], [5, 6]]), 4, 0.1)
+    >>> t.tolist(), [round(float(x), 3) for x in p]
+    ([5, 6], [1.0, 0.667])
+    """
+    toks: list[int] = []
+    probs: list[float] = []
+    rows = cont
+    cum = 1.0
+    for j in range(min(max_len, cont.shape[1])):
+        if len(rows) == 1:  # one occurrence left: the rest of it, each step count 1/1
+            rest = rows[0, j : min(max_len, cont.shape[1])]
+            stop = np.flatnonzero(rest == SEP)
+            rest = rest[: stop[0]] if len(stop) else rest
+            p = 1.0 / (1.0 + prior)
+            for t in rest.tolist():
+                if cum * p < min_prob:
+                    break
+                cum *= p
+                toks.append(t)
+                probs.append(p)
+            break
+        col = rows[:, j]
+        vals, counts = np.unique(col, return_counts=True)
+        if vals[0] == SEP:
+            vals, counts = vals[1:], counts[1:]
+        if not len(vals):
+            break
+        i = int(counts.argmax())
+        p = float(counts[i]) / (len(col) + prior)
+        if cum * p < min_prob:
+            break
+        cum *= p
+        toks.append(int(vals[i]))
+        probs.append(p)
+        rows = rows[col == vals[i]]
+    return np.array(toks, dtype=np.int64), np.array(probs, dtype=np.float64)
+
+
+def live_occurrences(context: np.ndarray, depth: int, max_depth: int = MAX_DEPTH,
+                     limit: int = 256) -> Occurrences:
+    """The longest suffix of ``context`` occurring earlier in it without overlapping
+    itself (an occurrence ``[e - m, e)`` ends at or before ``L - m``), with the
+    ``depth`` tokens after each occurrence (SEP past the end of the context).
+
+    >>> occ = live_occurrences(np.array([1, 2, 3, 4, 2, 3]), 3)
+    >>> occ.match_len, occ.cont.tolist()
+    (2, [[4, 2, 3]])
+    """
+    ctx = np.asarray(context, dtype=np.int64)
+    L = len(ctx)
+    if L < 2 or depth < 1:
+        return Occurrences.empty(max(depth, 0))
+    ends = np.flatnonzero(ctx[: L - 1] == ctx[L - 1]) + 1  # occurrences of length 1
+    m = 1
+    while len(ends) > _EXACT_BELOW and m < max_depth:
+        ok = ends[(ends - m - 1 >= 0) & (ends <= L - m - 1)]
+        ok = ok[ctx[ok - m - 1] == ctx[L - m - 1]]
+        if not len(ok):
+            break
+        ends, m = ok, m + 1
+    if len(ends) <= _EXACT_BELOW:
+        lengths = np.minimum(match_lengths(ctx, ends, ctx, max_depth), L - ends)
+        m = int(lengths.max()) if len(lengths) else 0
+        ends = ends[lengths == m]
+    if m == 0 or not len(ends):
+        return Occurrences.empty(depth)
+    count = len(ends)
+    if count > limit:
+        ends = ends[-limit:]  # the most recent ones
+    idx = ends[:, None] + np.arange(depth)[None, :]
+    cont = np.where(idx < L, ctx[np.minimum(idx, L - 1)], SEP)
+    return Occurrences(m, count, cont, ends, ["<context>"] * len(ends))

@@ -1,0 +1,116 @@
+"""suffix: frequency-scored continuations of the longest matching context suffix.
+
+After SuffixDecoding (Oliaro et al., arXiv 2411.04975) as implemented in Arctic
+Inference: find the longest suffix of the context (up to 64 tokens) that occurs
+earlier, in the live request or in the scope's history; among everything that
+followed its occurrences follow the most frequent continuation, token by token. A
+token's estimated probability is count(child) / count(parent) along that path;
+the draft stops once the product falls below ``min_token_prob`` and is capped at
+``min(k, alpha * match_len)``. The draft from the live request and the draft from
+the history compete on score (Σ of the cumulative estimates, the expected number
+of accepted tokens).
+
+One step beyond SuffixDecoding: with a cost model t(n) of the Target, the draft is
+cut to the length L that maximises expected committed tokens per millisecond,
+``(1 + Σ_{i≤L} A_i) / t(L + 1)`` with A_i the cumulative estimate, and no draft at
+all (a plain step) when L = 0 wins. On a CPU, where t(9) ≈ 4 t(1) (BRIEF §5), this
+is what keeps weak matches from costing time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from assistd.costmodel import CostModel
+from proposers.base import Draft, Proposer, register
+from proposers.index import MAX_DEPTH, HistoryIndex, Occurrences
+from proposers.match import frequent_path, live_occurrences
+
+
+def best_length(probs: np.ndarray, round_ms: np.ndarray) -> int:
+    """The draft length L in [0, len(probs)] that maximises expected committed tokens
+    per ms, ``(1 + Σ_{i≤L} Π_{j≤i} probs_j) / round_ms[L]``; ``round_ms[L]`` is the
+    cost of a round with L draft tokens (``[0]``: a plain step).
+
+    Worked example with the BRIEF §5 CPU costs (11, 19, ~23 ms for 0, 1, 2 drafts):
+    a sure pair of tokens pays (3 / 23 > 1 / 11), a 50% guess does not (1.5 / 19).
+
+    >>> best_length(np.array([1.0, 1.0]), np.array([11.0, 19.0, 22.5]))
+    2
+    >>> best_length(np.array([0.5]), np.array([11.0, 19.0]))
+    0
+    """
+    n = min(len(probs), len(round_ms) - 1)
+    expected = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(probs[:n]))])
+    return int(np.argmax(expected / round_ms[: n + 1]))
+
+
+@register
+class SuffixProposer(Proposer):
+    """SuffixDecoding over the live request and a :class:`HistoryIndex`.
+
+    history:        the scope's history index, or None (live request only).
+    max_depth:      longest context suffix matched, in tokens.
+    alpha:          draft cap per matched token: at most ``floor(alpha * match_len)``
+                    tokens (SuffixDecoding's max_spec_factor).
+    min_token_prob: stop when the cumulative estimate falls below it.
+    prior:          pseudo-count added to every denominator; > 0 makes rare evidence
+                    less sure (1 occurrence -> 1 / (1 + prior)).
+    cost:           the Target's cost model; when given, each draft is cut to the
+                    length with the best expected tokens per ms (maybe none).
+    use_context:    also draft from the live request.
+    """
+
+    name = "suffix"
+
+    def __init__(self, history: HistoryIndex | None = None, *, max_depth: int = MAX_DEPTH,
+                 alpha: float = 1.0, min_token_prob: float = 0.1, prior: float = 0.0,
+                 cost: CostModel | None = None, use_context: bool = True, min_match: int = 1):
+        if max_depth < 1 or alpha <= 0 or not 0 <= min_token_prob <= 1 or prior < 0:
+            raise ValueError("need max_depth >= 1, alpha > 0, 0 <= min_token_prob <= 1, prior >= 0")
+        self.history, self.max_depth, self.alpha = history, max_depth, alpha
+        self.min_token_prob, self.prior, self.cost = min_token_prob, prior, cost
+        self.use_context, self.min_match = use_context, max(1, min_match)
+        self._round_ms = cost.table(MAX_DEPTH) if cost is not None else None
+
+    def _draft(self, occ: Occurrences, k: int, source: str) -> Draft | None:
+        if occ.match_len < self.min_match or not len(occ.cont):
+            return None
+        cap = min(k, math.floor(self.alpha * occ.match_len + 1e-6))
+        if cap < 1:
+            return None
+        tokens, probs = frequent_path(occ.cont, cap, self.min_token_prob, self.prior)
+        if not len(tokens):
+            return None
+        document = None
+        if source == "history":
+            on_path = np.flatnonzero((occ.cont[:, : len(tokens)] == tokens[None, :]).all(axis=1))
+            document = occ.names[int(on_path[np.argmax(occ.recency[on_path])])]
+        return Draft(tokens=tokens, probs=probs, source=source, match_len=occ.match_len,
+                     document=document)
+
+    def propose(self, context: np.ndarray, k: int, *, scope: str | None = None,
+                language: str | None = None) -> Draft | None:
+        if k < 1:
+            return None
+        context = np.asarray(context, dtype=np.int64)
+        depth = min(k, MAX_DEPTH)
+        best = None
+        if self.use_context:
+            best = self._draft(live_occurrences(context, depth, self.max_depth), k, "context")
+        if self.history is not None:
+            d = self._draft(self.history.find(scope, context, depth, self.max_depth,
+                                              self.min_match), k, "history")
+            if d is not None and (best is None or d.score > best.score):
+                best = d
+        if best is None or self._round_ms is None:
+            return best
+        n = best_length(best.probs, self._round_ms)
+        if n == 0:
+            return None
+        if n == len(best.tokens):
+            return best
+        return Draft(tokens=best.tokens[:n], probs=best.probs[:n], source=best.source,
+                     match_len=best.match_len, document=best.document)
