@@ -134,5 +134,17 @@ class Target:
         """Token ids -> text; ``prev`` (the tokens before them) lets a tokenizer place spaces."""
         raise NotImplementedError
 
+    def pieces(self) -> list[bytes]:
+        """The token->id map: ``pieces()[i]`` is token id i as the vocabulary spells it.
+
+        These are the byte strings :func:`tokenizer_fingerprint` hashes; a draft
+        model's compatibility check (``assistd.targets.compat``) compares them id by id.
+        """
+        raise NotImplementedError
+
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the control (special) tokens: BOS, EOS, chat-turn markers..."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release the model and its buffers."""

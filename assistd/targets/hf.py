@@ -170,6 +170,7 @@ class TorchTarget(Target):
         vocab = self._vocab_text or [enc.id_to_token(i) for i in range(self.n_vocab)]
         texts = [vocab[i] if i < len(vocab) else None for i in range(self.n_vocab)]
         self.fingerprint = tokenizer_fingerprint((t or "").encode("utf-8") for t in texts)
+        self._texts, self._special = texts, frozenset(special)
         byte_level = isinstance(enc.decoder, decoders.ByteLevel)
         self._piece_bytes = [piece_bytes(t, byte_level=byte_level, special=i in special)
                              for i, t in enumerate(texts)]
@@ -228,6 +229,12 @@ class TorchTarget(Target):
         if ids and ids[0] == self.bos_token_id and data[:1] == b" ":
             data = data[1:]
         return data.decode("utf-8", errors="replace")
+
+    def pieces(self) -> list[bytes]:
+        return [(t or "").encode("utf-8") for t in self._texts]
+
+    def special_ids(self) -> frozenset[int]:
+        return self._special
 
     def close(self) -> None:
         self.model = self._cache = None

@@ -181,6 +181,14 @@ class LlamaTarget(Target):
             piece = self._pieces[token] = bytes(buf[:n])
         return piece
 
+    def pieces(self) -> list[bytes]:
+        lib, vocab = self._lib, self._vocab
+        return [lib.llama_vocab_get_text(vocab, i) or b"" for i in range(self.n_vocab)]
+
+    def special_ids(self) -> frozenset[int]:
+        lib, vocab, control = self._lib, self._vocab, self._lib.LLAMA_TOKEN_ATTR_CONTROL
+        return frozenset(i for i in range(self.n_vocab) if lib.llama_vocab_get_attr(vocab, i) & control)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
