@@ -28,9 +28,11 @@ segment, each O(m log N) in C), then a vectorised gather of at most
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 from pydivsufsort import divsufsort
@@ -38,6 +40,7 @@ from pydivsufsort.dll import libdivsufsort
 
 SEP = -1  # in continuation rows: the document ended here (never a token id)
 MAX_DEPTH = 64  # longest context suffix matched, in tokens (SuffixDecoding's tree depth)
+LOAD_SEGMENT_TOKENS = 4_000_000  # least segment size when loading a scope
 
 _sa_search = libdivsufsort.sa_search
 _sa_search.restype = ctypes.c_int32
@@ -54,18 +57,27 @@ class Occurrences:
     cont:      int64 ``[c, depth]``: the tokens after each (sampled) occurrence,
                ``SEP`` from the end of its document on.
     recency:   int64 ``[c]``: larger = more recently added document / later in it.
-    names:     the document name of each row (list of c str).
+    sources:   ``(first row, names, doc index per row)`` blocks, one per segment, from
+               which :meth:`name` resolves a row's document (names are resolved only
+               for the row a draft is read from: resolving all would cost a Python loop).
     """
 
     match_len: int
     count: int
     cont: np.ndarray
     recency: np.ndarray
-    names: list[str]
+    sources: list = field(default_factory=list)
+
+    def name(self, row: int) -> str | None:
+        """The name of the document row ``row`` was read from (None for the live context)."""
+        for first, names, doc_index in reversed(self.sources):
+            if row >= first:
+                return names[int(doc_index[row - first])]
+        return None
 
     @classmethod
     def empty(cls, depth: int) -> Occurrences:
-        return cls(0, 0, np.zeros((0, depth), dtype=np.int64), np.zeros(0, dtype=np.int64), [])
+        return cls(0, 0, np.zeros((0, depth), dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
 class Segment:
@@ -136,11 +148,15 @@ class Segment:
     def occurrences(self, left: int, count: int, limit: int) -> np.ndarray:
         """Reversed-token positions of up to ``limit`` live occurrences of an SA range,
         evenly strided over the range when it holds more."""
-        pos = self.sa[left : left + count] // self.width
         if self.dead_tokens:
+            pos = self.sa[left : left + count] // self.width
             pos = pos[self.alive[self.doc_index(pos)]]
-        if len(pos) > limit:
-            pos = pos[(np.arange(limit) * len(pos)) // limit]
+            if len(pos) > limit:
+                pos = pos[(np.arange(limit) * len(pos)) // limit]
+        elif count > limit:  # sample first: a range can hold millions of occurrences
+            pos = self.sa[left + (np.arange(limit) * count) // limit] // self.width
+        else:
+            pos = self.sa[left : left + count] // self.width
         return pos.astype(np.int64)
 
     def continuations(self, pos: np.ndarray, depth: int) -> np.ndarray:
@@ -306,33 +322,39 @@ class HistoryIndex:
                 return Occurrences.empty(depth)
         pattern = tail[::-1].astype(f">u{self.width}").tobytes()
         w = self.width
-        best, hits = 0, []
-        for seg in segs:
-            # The longest m with a live occurrence, searched only above the best so far.
+        best, hits = 0, []  # hits: (segment, count, left) holding the best length
+        # The biggest segment first: it most likely holds the longest match, so the
+        # others mostly need one or two probes at and just above that length.
+        for seg in sorted(segs, key=lambda s: -s.n):
+            lo, at_lo = 0, (0, 0)
             if best:
-                c, left = seg.count(pattern[: best * w])
-                if not seg.has_alive(left, c):
+                at_lo = seg.count(pattern[: best * w])
+                if not seg.has_alive(at_lo[1], at_lo[0]):
                     continue
                 lo = best
-            else:
-                lo = 0
+                if lo < len(tail):
+                    c, left = seg.count(pattern[: (lo + 1) * w])
+                    if not (c and seg.has_alive(left, c)):
+                        hits.append((seg, *at_lo))
+                        continue
+                    lo, at_lo = lo + 1, (c, left)
             hi = len(tail)
             while lo < hi:  # invariant: length lo matches (0 trivially), hi+1.. do not
                 mid = (lo + hi + 1) // 2
                 c, left = seg.count(pattern[: mid * w])
                 if c and seg.has_alive(left, c):
-                    lo = mid
+                    lo, at_lo = mid, (c, left)
                 else:
                     hi = mid - 1
             if lo > best:
                 best, hits = lo, []
             if lo == best and lo > 0:
-                hits.append(seg)
+                hits.append((seg, *at_lo))
         if best < min_len:
             return Occurrences.empty(depth)
-        ranges = [(seg, *seg.count(pattern[: best * w])) for seg in hits]
+        ranges = hits
         total = sum(c for _, c, _ in ranges)
-        conts, recs, names = [], [], []
+        conts, recs, sources, rows = [], [], [], 0
         for seg, c, left in ranges:
             limit = max(1, (self.max_occurrences * c) // total) if total > self.max_occurrences else c
             pos = seg.occurrences(left, c, limit)
@@ -342,10 +364,11 @@ class HistoryIndex:
             offset = (seg.n - 1 - pos) - seg.doc_starts[di]
             conts.append(seg.continuations(pos, depth))
             recs.append(seg.doc_seq[di] * (1 << 32) + offset)
-            names.extend(seg.names[i] for i in di)
+            sources.append((rows, seg.names, di))
+            rows += len(pos)
         if not conts:
             return Occurrences.empty(depth)
-        return Occurrences(best, total, np.concatenate(conts), np.concatenate(recs), names)
+        return Occurrences(best, total, np.concatenate(conts), np.concatenate(recs), sources)
 
     # -- persistence: load from and follow the SQLite history ---------------------
 
@@ -367,17 +390,28 @@ class HistoryIndex:
             keep.append((doc_id, path, ids))
         keep.reverse()
         sc = self._scopes[scope] = _Scope()
-        batch, batch_tokens = [], 0
+        # Few segments make lookups cheap (each costs a probe or two); one per core
+        # builds in parallel. At least LOAD_SEGMENT_TOKENS each.
+        total = sum(len(ids) for _, _, ids in keep)
+        seg_tokens = max(LOAD_SEGMENT_TOKENS, -(-total // (os.cpu_count() or 1)))
+        batches, batch, batch_tokens = [], [], 0
         for doc_id, path, ids in keep:
             self._seq += 1
             self._scope_of[doc_id] = scope
             batch.append((doc_id, self._seq, path, ids))
             batch_tokens += len(ids)
-            if batch_tokens >= 4_000_000:
-                self._add_segment(sc, batch)
+            if batch_tokens >= seg_tokens:
+                batches.append(batch)
                 batch, batch_tokens = [], 0
         if batch:
-            self._add_segment(sc, batch)
+            batches.append(batch)
+        # libdivsufsort runs in C without the GIL (ctypes): one thread per core.
+        workers = max(1, min(len(batches), os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers) as pool:
+            for seg in pool.map(lambda b: Segment(b, self.width), batches):
+                sc.segments.append(seg)
+                for d in seg.doc_ids.tolist():
+                    sc.where[d] = seg
         self._loaded[scope] = (fingerprint, seq)
         if not self.store_seq:
             self.store_seq = seq

@@ -68,6 +68,14 @@ def frequent_path(cont: np.ndarray, max_len: int, min_prob: float,
                 probs.append(p)
             break
         col = rows[:, j]
+        if col[0] != SEP and (col == col[0]).all():  # all rows agree: no vote needed
+            p = len(col) / (len(col) + prior)
+            if cum * p < min_prob:
+                break
+            cum *= p
+            toks.append(int(col[0]))
+            probs.append(p)
+            continue
         vals, counts = np.unique(col, return_counts=True)
         if vals[0] == SEP:
             vals, counts = vals[1:], counts[1:]
@@ -117,4 +125,4 @@ def live_occurrences(context: np.ndarray, depth: int, max_depth: int = MAX_DEPTH
         ends = ends[-limit:]  # the most recent ones
     idx = ends[:, None] + np.arange(depth)[None, :]
     cont = np.where(idx < L, ctx[np.minimum(idx, L - 1)], SEP)
-    return Occurrences(m, count, cont, ends, ["<context>"] * len(ends))
+    return Occurrences(m, count, cont, ends)

@@ -124,7 +124,7 @@ class NgramProposer(Proposer):
             tokens = occ.cont[row]
             stop = np.flatnonzero(tokens == SEP)
             tokens = tokens[: stop[0]] if len(stop) else tokens
-        return tokens, occ.match_len, occ.names[row]
+        return tokens, occ.match_len, occ.name(row)
 
     def propose(self, context: np.ndarray, k: int, *, scope: str | None = None,
                 language: str | None = None) -> Draft | None:

@@ -29,22 +29,29 @@ from proposers.index import MAX_DEPTH, HistoryIndex, Occurrences
 from proposers.match import frequent_path, live_occurrences
 
 
-def best_length(probs: np.ndarray, round_ms: np.ndarray) -> int:
+def best_length(probs, round_ms) -> int:
     """The draft length L in [0, len(probs)] that maximises expected committed tokens
     per ms, ``(1 + Σ_{i≤L} Π_{j≤i} probs_j) / round_ms[L]``; ``round_ms[L]`` is the
-    cost of a round with L draft tokens (``[0]``: a plain step).
+    cost of a round with L draft tokens (``[0]``: a plain step). Ties: the shorter.
 
     Worked example with the BRIEF §5 CPU costs (11, 19, ~23 ms for 0, 1, 2 drafts):
     a sure pair of tokens pays (3 / 23 > 1 / 11), a 50% guess does not (1.5 / 19).
 
-    >>> best_length(np.array([1.0, 1.0]), np.array([11.0, 19.0, 22.5]))
+    >>> best_length([1.0, 1.0], [11.0, 19.0, 22.5])
     2
-    >>> best_length(np.array([0.5]), np.array([11.0, 19.0]))
+    >>> best_length([0.5], [11.0, 19.0])
     0
     """
-    n = min(len(probs), len(round_ms) - 1)
-    expected = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(probs[:n]))])
-    return int(np.argmax(expected / round_ms[: n + 1]))
+    # A plain loop: L <= 64, and numpy's per-call overhead would dominate here.
+    best, best_rate = 0, 1.0 / round_ms[0]
+    cum = expected = 1.0
+    for n, p in enumerate(probs[: len(round_ms) - 1], 1):
+        cum *= p
+        expected += cum
+        rate = expected / round_ms[n]
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return best
 
 
 @register
@@ -73,9 +80,10 @@ class SuffixProposer(Proposer):
         self.history, self.max_depth, self.alpha = history, max_depth, alpha
         self.min_token_prob, self.prior, self.cost = min_token_prob, prior, cost
         self.use_context, self.min_match = use_context, max(1, min_match)
-        self._round_ms = cost.table(MAX_DEPTH) if cost is not None else None
+        self._round_ms = cost.table(MAX_DEPTH).tolist() if cost is not None else None
 
-    def _draft(self, occ: Occurrences, k: int, source: str) -> Draft | None:
+    def _path(self, occ: Occurrences, k: int):
+        """``(tokens, probs, score)`` of the most frequent continuation, or None."""
         if occ.match_len < self.min_match or not len(occ.cont):
             return None
         cap = min(k, math.floor(self.alpha * occ.match_len + 1e-6))
@@ -84,12 +92,11 @@ class SuffixProposer(Proposer):
         tokens, probs = frequent_path(occ.cont, cap, self.min_token_prob, self.prior)
         if not len(tokens):
             return None
-        document = None
-        if source == "history":
-            on_path = np.flatnonzero((occ.cont[:, : len(tokens)] == tokens[None, :]).all(axis=1))
-            document = occ.names[int(on_path[np.argmax(occ.recency[on_path])])]
-        return Draft(tokens=tokens, probs=probs, source=source, match_len=occ.match_len,
-                     document=document)
+        score, cum = 0.0, 1.0
+        for p in probs.tolist():
+            cum *= p
+            score += cum
+        return tokens, probs, score
 
     def propose(self, context: np.ndarray, k: int, *, scope: str | None = None,
                 language: str | None = None) -> Draft | None:
@@ -97,20 +104,26 @@ class SuffixProposer(Proposer):
             return None
         context = np.asarray(context, dtype=np.int64)
         depth = min(k, MAX_DEPTH)
-        best = None
+        best, source, occ = None, "", None
         if self.use_context:
-            best = self._draft(live_occurrences(context, depth, self.max_depth), k, "context")
+            live = live_occurrences(context, depth, self.max_depth)
+            best, source, occ = self._path(live, k), "context", live
         if self.history is not None:
-            d = self._draft(self.history.find(scope, context, depth, self.max_depth,
-                                              self.min_match), k, "history")
-            if d is not None and (best is None or d.score > best.score):
-                best = d
-        if best is None or self._round_ms is None:
-            return best
-        n = best_length(best.probs, self._round_ms)
-        if n == 0:
+            hist = self.history.find(scope, context, depth, self.max_depth, self.min_match)
+            h = self._path(hist, k)
+            if h is not None and (best is None or h[2] > best[2]):
+                best, source, occ = h, "history", hist
+        if best is None:
             return None
-        if n == len(best.tokens):
-            return best
-        return Draft(tokens=best.tokens[:n], probs=best.probs[:n], source=best.source,
-                     match_len=best.match_len, document=best.document)
+        tokens, probs, _ = best
+        if self._round_ms is not None:
+            n = best_length(probs.tolist(), self._round_ms)
+            if n == 0:
+                return None
+            tokens, probs = tokens[:n], probs[:n]
+        document = None
+        if source == "history":  # the most recent document on the drafted path
+            on_path = np.flatnonzero((occ.cont[:, : len(tokens)] == tokens[None, :]).all(axis=1))
+            document = occ.name(int(on_path[np.argmax(occ.recency[on_path])]))
+        return Draft(tokens=tokens, probs=probs, source=source, match_len=occ.match_len,
+                     document=document)
