@@ -9,6 +9,7 @@ KV cache (a draft model owns its own model and cache).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -82,10 +83,24 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
+# What a front end may offer every proposer; each takes the ones its constructor names.
+CONTEXT_KWARGS = ("history", "cost", "target")
+
+
 def make_proposer(name: str, **kwargs) -> Proposer:
-    """Instantiate a registered proposer; ``KeyError`` names the known ones."""
+    """Instantiate a registered proposer; ``KeyError`` names the known ones.
+
+    The context objects of :data:`CONTEXT_KWARGS` (``history``: a
+    :class:`proposers.index.HistoryIndex`, ``cost``: the Target's
+    :class:`assistd.costmodel.CostModel`, ``target``: the Target) are passed only to
+    proposers whose constructor takes them, so callers can offer all of them to any
+    proposer; other keyword arguments are passed as given.
+    """
     try:
         cls = _REGISTRY[name]
     except KeyError:
         raise KeyError(f"unknown proposer {name!r}; known: {', '.join(available())}") from None
+    params = inspect.signature(cls).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k not in CONTEXT_KWARGS or k in params}
     return cls(**kwargs)

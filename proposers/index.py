@@ -113,6 +113,9 @@ class Segment:
         self.dead_tokens = 0
         self._text_p = self.bytes_.ctypes.data
         self._sa_p = self.sa.ctypes.data
+        self._n_bytes, self._n_sa = len(self.bytes_), len(self.sa)
+        self._left = ctypes.c_int32()  # out-parameter of sa_search (not thread-safe)
+        self._left_ref = ctypes.byref(self._left)
 
     @property
     def tokens(self) -> int:
@@ -124,10 +127,9 @@ class Segment:
 
     def count(self, pattern: bytes) -> tuple[int, int]:
         """``(occurrences, first SA index)`` of a reversed, encoded token pattern."""
-        left = ctypes.c_int32()
-        c = _sa_search(self._text_p, len(self.bytes_), pattern, len(pattern),
-                       self._sa_p, len(self.sa), ctypes.byref(left))
-        return int(c), int(left.value)
+        c = _sa_search(self._text_p, self._n_bytes, pattern, len(pattern),
+                       self._sa_p, self._n_sa, self._left_ref)
+        return c, self._left.value
 
     def doc_index(self, rev_pos: np.ndarray) -> np.ndarray:
         """Document index of each reversed-token position (int64 ``[c]``)."""
@@ -135,7 +137,7 @@ class Segment:
 
     def has_alive(self, left: int, count: int) -> bool:
         """Whether the SA range holds an occurrence in a live document."""
-        if self.dead_tokens == 0:
+        if not self.dead_tokens:
             return count > 0
         probe = self.sa[left : left + min(count, 256)] // self.width
         if self.alive[self.doc_index(probe)].any():
@@ -193,6 +195,8 @@ class _Scope:
         self.tail_dirty = False
         self.where: dict[int, Segment | None] = {}  # doc_id -> its segment, None = the tail
         self.last_used = time.monotonic()
+        self.version = 0  # bumped by every change of the scope's contents
+        self.last_match = None  # (version, max_depth, context length, match length, tail)
 
     @property
     def tokens(self) -> int:
@@ -206,7 +210,8 @@ class _Scope:
 
 
 class HistoryIndex:
-    """The in-memory index over the persistent history, per scope.
+    """The in-memory index over the persistent history, per scope. Not thread-safe:
+    one thread (the decode loop's) uses it at a time.
 
     max_tokens:      bound on history tokens held across scopes (least recently used
                      scopes are dropped past it; 64 M tokens ~ 400 MB).
@@ -242,6 +247,7 @@ class HistoryIndex:
         sc = self._scopes.get(scope)
         if sc is None:
             sc = self._scopes[scope] = _Scope()
+        sc.version += 1
         self._seq += 1
         self._scope_of[doc_id] = scope
         if len(tokens) >= self.tail_tokens:
@@ -322,23 +328,29 @@ class HistoryIndex:
                 return Occurrences.empty(depth)
         pattern = tail[::-1].astype(f">u{self.width}").tobytes()
         w = self.width
+        bound = self._match_bound(sc, context, max_depth, len(tail))
         best, hits = 0, []  # hits: (segment, count, left) holding the best length
         # The biggest segment first: it most likely holds the longest match, so the
         # others mostly need one or two probes at and just above that length.
         for seg in sorted(segs, key=lambda s: -s.n):
             lo, at_lo = 0, (0, 0)
+            if not best and bound:  # decoding usually extends the last match: try it first
+                c, left = seg.count(pattern[: bound * w])
+                if c and seg.has_alive(left, c):
+                    best, hits = bound, [(seg, c, left)]
+                    continue
             if best:
                 at_lo = seg.count(pattern[: best * w])
                 if not seg.has_alive(at_lo[1], at_lo[0]):
                     continue
                 lo = best
-                if lo < len(tail):
+                if lo < (bound or len(tail)):
                     c, left = seg.count(pattern[: (lo + 1) * w])
                     if not (c and seg.has_alive(left, c)):
                         hits.append((seg, *at_lo))
                         continue
                     lo, at_lo = lo + 1, (c, left)
-            hi = len(tail)
+            hi = bound - 1 if bound and not best else (bound or len(tail))
             while lo < hi:  # invariant: length lo matches (0 trivially), hi+1.. do not
                 mid = (lo + hi + 1) // 2
                 c, left = seg.count(pattern[: mid * w])
@@ -350,6 +362,8 @@ class HistoryIndex:
                 best, hits = lo, []
             if lo == best and lo > 0:
                 hits.append((seg, *at_lo))
+        sc.last_match = (sc.version, max_depth, len(context), best,
+                         np.array(context[-MAX_DEPTH:], dtype=np.int64))
         if best < min_len:
             return Occurrences.empty(depth)
         ranges = hits
@@ -370,6 +384,25 @@ class HistoryIndex:
             return Occurrences.empty(depth)
         return Occurrences(best, total, np.concatenate(conts), np.concatenate(recs), sources)
 
+    @staticmethod
+    def _match_bound(sc: _Scope, context: np.ndarray, max_depth: int, longest: int) -> int:
+        """An upper bound on the match length from the previous lookup (0: none).
+
+        If the previous context (L0 tokens, longest match m0) is a prefix of this one
+        (L tokens) and the scope has not changed since, a suffix of length m found now
+        contains a suffix of the old context of length m - (L - L0), so
+        m <= m0 + (L - L0).
+        """
+        if sc.last_match is None:
+            return 0
+        version, depth0, n0, m0, tail0 = sc.last_match
+        grown = len(context) - n0
+        if version != sc.version or depth0 != max_depth or grown < 0 or n0 < len(tail0):
+            return 0
+        if not np.array_equal(context[n0 - len(tail0) : n0], tail0):
+            return 0
+        return min(longest, m0 + grown)
+
     # -- persistence: load from and follow the SQLite history ---------------------
 
     def load(self, store, scope: str, fingerprint: str) -> int:
@@ -381,34 +414,34 @@ class HistoryIndex:
         """
         seq = store.last_change_seq()
         self.drop_scope(scope)
-        docs = store.token_arrays(scope, fingerprint)
-        budget, keep = self.max_tokens, []
-        for doc_id, path, ids in reversed(docs):
-            if len(ids) > budget:
+        counts = store.token_counts(scope, fingerprint)
+        # Newest documents first when the scope alone is over the budget.
+        budget, min_id = self.max_tokens, 0
+        for doc_id, n in reversed(counts):
+            if n > budget:
+                min_id = doc_id + 1
                 break
-            budget -= len(ids)
-            keep.append((doc_id, path, ids))
-        keep.reverse()
+            budget -= n
+        total = sum(n for d, n in counts if d >= min_id)
         sc = self._scopes[scope] = _Scope()
         # Few segments make lookups cheap (each costs a probe or two); one per core
-        # builds in parallel. At least LOAD_SEGMENT_TOKENS each.
-        total = sum(len(ids) for _, _, ids in keep)
-        seg_tokens = max(LOAD_SEGMENT_TOKENS, -(-total // (os.cpu_count() or 1)))
-        batches, batch, batch_tokens = [], [], 0
-        for doc_id, path, ids in keep:
-            self._seq += 1
-            self._scope_of[doc_id] = scope
-            batch.append((doc_id, self._seq, path, ids))
-            batch_tokens += len(ids)
-            if batch_tokens >= seg_tokens:
-                batches.append(batch)
-                batch, batch_tokens = [], 0
-        if batch:
-            batches.append(batch)
-        # libdivsufsort runs in C without the GIL (ctypes): one thread per core.
-        workers = max(1, min(len(batches), os.cpu_count() or 1))
+        # builds in parallel (libdivsufsort runs in C without the GIL, through ctypes).
+        workers = os.cpu_count() or 1
+        seg_tokens = max(LOAD_SEGMENT_TOKENS, -(-total // workers))
+        futures, batch, batch_tokens = [], [], 0
         with ThreadPoolExecutor(workers) as pool:
-            for seg in pool.map(lambda b: Segment(b, self.width), batches):
+            for doc_id, path, ids in store.iter_token_arrays(scope, fingerprint, min_id):
+                self._seq += 1
+                self._scope_of[doc_id] = scope
+                batch.append((doc_id, self._seq, path, ids))
+                batch_tokens += len(ids)
+                if batch_tokens >= seg_tokens:
+                    futures.append(pool.submit(Segment, batch, self.width))
+                    batch, batch_tokens = [], 0
+            if batch:
+                futures.append(pool.submit(Segment, batch, self.width))
+            for fut in futures:
+                seg = fut.result()
                 sc.segments.append(seg)
                 for d in seg.doc_ids.tolist():
                     sc.where[d] = seg
@@ -472,6 +505,7 @@ class HistoryIndex:
     def _drop(self, doc_id: int, compact_now: bool) -> None:
         scope = self._scope_of.pop(doc_id)
         sc = self._scopes[scope]
+        sc.version += 1
         seg = sc.where.pop(doc_id)
         if seg is None:
             del sc.tail[doc_id]

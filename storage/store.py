@@ -168,6 +168,30 @@ class HistoryStore:
         ).fetchall()
         return [(i, p, decode_tokens(b)) for i, p, b in rows]
 
+    def iter_token_arrays(self, scope: str, fingerprint: str, min_id: int = 0):
+        """Like :meth:`token_arrays`, streamed and without copies: yields
+        ``(id, path, ids uint32[num_tokens])`` (read-only views of the blobs) for
+        documents with ``id >= min_id``, in id order."""
+        cur = self.db.execute(
+            "select d.id, d.path, t.token_ids from documents d"
+            " join tokenizations t on t.document_id = d.id"
+            " where d.scope = ? and t.tokenizer_fingerprint = ? and d.id >= ?"
+            " and t.content_hash = d.content_hash order by d.id",
+            [scope, fingerprint, min_id],
+        )
+        for i, p, b in cur:
+            yield i, p, np.frombuffer(b, dtype=TOKEN_DTYPE)
+
+    def token_counts(self, scope: str, fingerprint: str) -> list[tuple[int, int]]:
+        """``(id, num_tokens)`` of a scope's documents tokenized by ``fingerprint``, by id."""
+        return self.db.execute(
+            "select d.id, t.num_tokens from documents d"
+            " join tokenizations t on t.document_id = d.id"
+            " where d.scope = ? and t.tokenizer_fingerprint = ?"
+            " and t.content_hash = d.content_hash order by d.id",
+            [scope, fingerprint],
+        ).fetchall()
+
     def scope_summary(self, scope: str, fingerprint: str) -> dict:
         """``{"scope", "documents", "tokens"}`` for the documents usable by this tokenizer."""
         n_docs, n_tokens = self.db.execute(
