@@ -159,8 +159,12 @@ def test_index_matches_brute_force_after_random_add_replace_forget():
             d = rng.choice(list(docs))
             assert index.remove(d)
             del docs[d]
-        for _ in range(3):
-            ctx = [rng.randrange(7) for _ in range(rng.randrange(1, 12))]
+        ctx = [rng.randrange(7) for _ in range(rng.randrange(1, 12))]
+        for i in range(6):
+            if i % 3 == 0:  # a fresh context, then two that extend it as decoding does
+                ctx = [rng.randrange(7) for _ in range(rng.randrange(1, 12))]
+            else:
+                ctx = ctx + [rng.randrange(7) for _ in range(rng.randrange(1, 4))]
             occ = index.find(scope, A(ctx), 5)
             m, rows = brute_find(docs, ctx, 5)
             assert occ.match_len == m, (step, ctx)
