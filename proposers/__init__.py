@@ -9,6 +9,7 @@ from proposers.base import Draft, Proposer, available, make_proposer, register
 from proposers import ngram as _ngram  # noqa: F401  (registers "ngram")
 from proposers import peers as _peers  # noqa: F401  (registers the "peer:..." lookup rules)
 from proposers import suffix as _suffix  # noqa: F401  (registers "suffix")
+from proposers import suffixdecoding as _suffixdecoding  # noqa: F401  (the SuffixDecoding peer)
 from proposers import draft_model as _draft_model  # noqa: F401  (registers "draft_model")
 
 __all__ = ["Draft", "Proposer", "available", "make_proposer", "register"]

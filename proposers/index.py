@@ -366,7 +366,30 @@ class HistoryIndex:
                          np.array(context[-MAX_DEPTH:], dtype=np.int64))
         if best < min_len:
             return Occurrences.empty(depth)
-        ranges = hits
+        return self._gather(hits, best, depth)
+
+    def find_at(self, scope: str | None, context: np.ndarray, m: int, depth: int) -> Occurrences:
+        """The occurrences of exactly the last ``m`` tokens of ``context`` (``m`` <= 64) and
+        what followed them, as :meth:`find` returns them; empty if there are none."""
+        sc = self._scope_for(scope)
+        if sc is None or depth < 1 or m < 1 or len(context) < m:
+            return Occurrences.empty(max(depth, 0))
+        if sc.tail_dirty:
+            self._rebuild_tail(sc)
+        tail = np.asarray(context[-m:])
+        if tail.min() < 0 or tail.max() >= (1 << (8 * self.width)) - 1:
+            return Occurrences.empty(depth)
+        pattern = tail[::-1].astype(f">u{self.width}").tobytes()
+        segs = sc.segments + ([sc.tail_segment] if sc.tail_segment is not None else [])
+        hits = []
+        for seg in segs:
+            c, left = seg.count(pattern)
+            if c and seg.has_alive(left, c):
+                hits.append((seg, c, left))
+        return self._gather(hits, m, depth) if hits else Occurrences.empty(depth)
+
+    def _gather(self, ranges, m: int, depth: int) -> Occurrences:
+        """Rows of continuations for SA ranges ``(segment, count, left)`` of one match."""
         total = sum(c for _, c, _ in ranges)
         conts, recs, sources, rows = [], [], [], 0
         for seg, c, left in ranges:
@@ -382,7 +405,7 @@ class HistoryIndex:
             rows += len(pos)
         if not conts:
             return Occurrences.empty(depth)
-        return Occurrences(best, total, np.concatenate(conts), np.concatenate(recs), sources)
+        return Occurrences(m, total, np.concatenate(conts), np.concatenate(recs), sources)
 
     @staticmethod
     def _match_bound(sc: _Scope, context: np.ndarray, max_depth: int, longest: int) -> int:

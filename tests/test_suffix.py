@@ -243,3 +243,23 @@ def test_index_follows_the_sqlite_history(tmp_path):
     assert SuffixProposer(index, use_context=False).propose(A([1, 2]), 1, scope="/r").tokens.tolist() == [4]
     assert index.sync(store) == 0
     store.close()
+
+
+# -- the SuffixDecoding peer -------------------------------------------------------
+
+
+def test_suffixdecoding_peer_counts_the_context_own_tail():
+    """Arctic's per-request tree holds the context itself, so the tail's own occurrence
+    (with nothing after it) halves the probability of what followed [1, 2] earlier."""
+    d = make_proposer("peer:suffixdecoding").propose(A([1, 2, 3, 4, 1, 2]), 4)
+    assert d.tokens.tolist() == [3, 4] and d.probs.tolist() == [0.5, 1.0]
+    assert d.source == "context" and d.match_len == 2
+
+
+def test_suffixdecoding_peer_tries_every_match_length():
+    """[8, 1, 2] matches 3 tokens at the end of a document (nothing follows) and 2 tokens
+    twice: the peer drafts from the 2-token match; suffix, longest match only, does not."""
+    h = index_of([1, 2, 3, 4, 5, 6], [8, 1, 2])
+    d = make_proposer("peer:suffixdecoding", history=h).propose(A([8, 1, 2]), 4, scope="s")
+    assert d.tokens.tolist() == [3, 4] and d.match_len == 2 and d.source == "history"
+    assert SuffixProposer(h, use_context=False).propose(A([8, 1, 2]), 4, scope="s") is None
