@@ -429,6 +429,103 @@ def complete(file_, line, column, repo, max_tokens, proposer, no_speculation, k,
         click.echo(ledger_line(result), err=True)
 
 
+@cli.command()
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--git", "git_repo", type=click.Path(path_type=Path), default=None,
+              help="Also replay a repository's history: each text file a commit adds or"
+                   " changes is a model turn, its older versions are in the history.")
+@click.option("--git-commits", type=click.IntRange(1), default=20, show_default=True,
+              help="With --git: how many of the last (first-parent) commits, oldest first.")
+@click.option("--proposer", "proposers", multiple=True, metavar="NAME",
+              help="Proposer to replay; repeat for several. [default: every registered one"
+                   " except draft_model, peers included]")
+@click.option("--k", "k", type=click.IntRange(1, 64), default=16, show_default=True,
+              help="Draft length ceiling per round.")
+@click.option("--cost-model", default="calibrate", show_default=True,
+              metavar="brief|calibrate|FILE",
+              help="The Target's forward time t(n): BRIEF §5's CPU figures, measured on the"
+                   " Target now (~2 s), or a JSON file {\"points\": {\"1\": 11.0, ...}}.")
+@click.option("--model", type=click.Path(path_type=Path), default=None,
+              help="GGUF file of the Target: its tokenizer, and its speed with --cost-model"
+                   " calibrate. [default: the embedded SmolLM2-135M-Instruct Q4_1]")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def replay(files, git_repo, git_commits, proposers, k, cost_model, model, as_json):
+    """Replay recorded outputs through each proposer, offline, as the decoder would.
+
+    The recorded model turns stand in for the Target's output (an oracle): at each
+    position the proposer drafts from everything before it, the draft's common
+    prefix with the recording is accepted, and the round commits that plus one
+    token; non-model turns (prompts, tool results) join the context without
+    drafting. Each replayed turn then joins the history, so later sessions draft
+    from earlier ones. FILES are transcripts of any supported format (or folders
+    of them), replayed in the order given. Reports per proposer D, C, R, plain
+    steps, acceptance rate, mean acceptance length, coverage, tokens per call,
+    modeled speedup on the cost model t(n), per-position acceptance and
+    propose() latency. The peers `peer:llama-cpp-python-pld` and
+    `peer:transformers-pld` run in the same pass on the same tokens.
+
+    \b
+    Examples:
+        assistd replay ~/.claude/projects/myproj/*.jsonl --cost-model brief
+        assistd replay run.traj --proposer suffix --proposer peer:llama-cpp-python-pld --json
+        assistd replay --git . --git-commits 50 --k 8
+    """
+    from assistd.replay import replay_report
+
+    update, close = (None, lambda: None) if as_json else _progress("replay")
+    try:
+        report = replay_report(files, git_repo=git_repo, git_commits=git_commits,
+                               names=proposers, k=k, cost_model=cost_model, model=model,
+                               progress=update)
+    finally:
+        close()
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    _print_replay(report)
+
+
+def _print_replay(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def f(x, fmt=".2f"):
+        return "n/a" if x is None else format(x, fmt)
+
+    inputs = report["inputs"]
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    table = Table(title=f"replay: {inputs['sessions']} sessions, {inputs['model_tokens']:,} of"
+                        f" {inputs['tokens']:,} tokens to complete; k ≤ {report['k']};"
+                        f" cost model {report['cost_model']['source']}",
+                  caption="speedup: committed·t(1) / (Σ rounds t(draft length) + plain·t(1));"
+                          " t(L+1): a round costing t(draft length + 1)")
+    for col in ("proposer", "D", "C", "R", "plain", "accept", "mean len", "coverage",
+                "tok/call", "speedup", "t(L+1)", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="left" if col == "proposer" else "right",
+                         overflow="fold")
+    for name, m in report["proposers"].items():
+        table.add_row(name, f"{m['draft_tokens']:,}", f"{m['accepted_tokens']:,}",
+                      f"{m['rounds']:,}", f"{m['plain_steps']:,}", f(m["acceptance_rate"]),
+                      f(m["mean_acceptance_length"]), f(m["coverage"]), f(m["tokens_per_call"]),
+                      f(m["modeled_speedup"]), f(m["modeled_speedup_physical"]),
+                      f(m["propose_ms_p50"], ".3f"), f(m["propose_ms_p99"], ".3f"))
+    console.print(table)
+    depth = min(8, max((len(m["reached_per_position"]) for m in report["proposers"].values()),
+                       default=0))
+    if depth:
+        pos = Table(title="per-position acceptance: conditional a_i, cumulative A_i")
+        pos.add_column("proposer", overflow="fold")
+        pos.add_column("")
+        for i in range(1, depth + 1):
+            pos.add_column(f"i={i}", justify="right")
+        for name, m in report["proposers"].items():
+            for label, key in (("a_i", "conditional_acceptance"), ("A_i", "cumulative_acceptance")):
+                cells = [f(x) for x in m[key][:depth]]
+                pos.add_row(name if label == "a_i" else "", label, *cells,
+                            *[""] * (depth - len(cells)))
+        console.print(pos)
+
+
 def main():
     cli(prog_name="assistd")
 

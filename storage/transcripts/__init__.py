@@ -14,8 +14,8 @@ import importlib
 import pkgutil
 
 from storage.transcripts.base import (
-    ASSISTANT, FORMATS, TOOL_INPUT, Append, LineParser, Op, ParseStats, Put, Rewind,
-    TranscriptError, WholeParser, apply_ops, parse_all,
+    ASSISTANT, FORMATS, MODEL_KINDS, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Append, LineParser,
+    Op, ParseStats, Put, Rewind, TranscriptError, WholeParser, apply_ops, parse_all,
 )
 from storage.transcripts.detect import HEAD_BYTES, detect_format, open_bytes, parser_for
 
@@ -27,7 +27,8 @@ for _mod in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_mod.name}")
 
 __all__ = [
-    "ASSISTANT", "FORMATS", "HEAD_BYTES", "TOOL_INPUT", "Append", "LineParser", "Op",
+    "ASSISTANT", "FORMATS", "HEAD_BYTES", "MODEL_KINDS", "SYSTEM", "TOOL_INPUT", "TOOL_RESULT",
+    "USER", "Append", "LineParser", "Op",
     "ParseStats", "Put", "Rewind", "TranscriptError", "WholeParser", "apply_ops",
     "detect_format", "open_bytes", "parse_all", "parser_for",
 ]

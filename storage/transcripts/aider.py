@@ -21,13 +21,16 @@ Each maximal block of assistant lines is one record keyed ``run<N>/reply<M>`` (r
 text before the first header), emitted line by line: a Put for its first line and
 Appends after it, so a reply still being written continues correctly in a later chunk.
 Blank lines are held back until more text follows (trailing blank lines are stripped).
+With ``context_turns`` on (offline replay), user and tool lines are emitted too (``_shown``).
 """
 
 from __future__ import annotations
 
 import re
 
-from storage.transcripts.base import ASSISTANT, Append, Head, LineParser, Op, Put, register
+from storage.transcripts.base import (
+    ASSISTANT, TOOL_RESULT, USER, Append, Head, LineParser, Op, Put, register,
+)
 
 RUN_HEADER = "# aider chat started at "
 _TOOL_END = re.compile(r"\S  $")  # last line of a message written with linebreak=True
@@ -51,6 +54,8 @@ class AiderParser(LineParser):
         self.in_reply = False   # inside an assistant block
         self.in_tool = False    # inside an old-style multi-line tool message
         self.blank_lines = 0    # blank lines held back inside the current reply
+        self.shown_key: str | None = None  # context_turns: the user/tool record being extended
+        self.shown_count = 0
 
     @classmethod
     def sniff(cls, head: Head) -> int:
@@ -66,28 +71,42 @@ class AiderParser(LineParser):
         self.in_reply = False
         self.blank_lines = 0
 
+    def _shown(self, kind: str, text: str) -> list[Op]:
+        """Context turns (``context_turns`` only): consecutive user lines form one record
+        (kind user), consecutive tool lines another (kind tool_result)."""
+        if not self.context_turns:
+            return []
+        text = text[:-2] if text.endswith("  ") else text
+        if self.shown_key is not None and self.shown_key.split("/")[-1].startswith(kind):
+            return [Append(self.shown_key, text, kind, self.cwd)]
+        self.shown_count += 1
+        self.shown_key = f"ctx:run{self.run}/{kind}{self.shown_count}"
+        return [Put(self.shown_key, text, kind, self.cwd)]
+
     def _feed(self, line: str) -> list[Op]:
         if self.in_tool:
             if _TOOL_END.search(line) or line.startswith(RUN_HEADER):
                 self.in_tool = False
             if not line.startswith(RUN_HEADER):
-                return []
+                return self._shown(TOOL_RESULT, line)
         if line.startswith(RUN_HEADER):
             self._close()
             self.run += 1
             self.reply = 0
+            self.shown_key = None
             return []
         if line.startswith("#### ") and line.endswith("  "):
             self._close()
-            return []
+            return self._shown(USER, line[5:])
         if line.startswith("> "):
             self._close()
             self.in_tool = not line.endswith("  ")
-            return []
+            return self._shown(TOOL_RESULT, line[2:])
         if not line.strip():
             if self.in_reply:
                 self.blank_lines += 1
             return []
+        self.shown_key = None
         if self.in_reply:
             text = "\n" * self.blank_lines + line  # Append itself starts a new line
             self.blank_lines = 0

@@ -34,6 +34,12 @@ from assistd.errors import InputError
 
 ASSISTANT = "assistant"   # prose the model wrote
 TOOL_INPUT = "tool_input"  # a tool call's input the model wrote (code, patch, command, JSON)
+MODEL_KINDS = frozenset({ASSISTANT, TOOL_INPUT})
+# What the model was shown, emitted only by parsers with ``context_turns`` on (offline
+# replay needs the whole conversation; the history stores model output only):
+USER = "user"              # a user's prompt
+TOOL_RESULT = "tool_result"  # a tool's output handed back to the model
+SYSTEM = "system"          # system/developer instructions, client notices
 
 
 class TranscriptError(InputError):
@@ -89,6 +95,10 @@ class _Parser:
     # Capabilities, read by the caller and by detect_format.
     append_only: ClassVar[bool] = True      # False: the file is rewritten as a whole
     name_patterns: ClassVar[tuple[str, ...]] = ()  # fnmatch patterns on the file name (tie-breaker)
+    # Opt-in, per instance: also emit what the model was shown (user prompts, tool results,
+    # system prompts) as records of kind USER / TOOL_RESULT / SYSTEM under keys starting
+    # with "ctx:", in file order among the model's records. Off, the ops are unchanged.
+    context_turns: bool = False
 
     def __init__(self) -> None:
         self.stats = ParseStats()
@@ -258,6 +268,31 @@ def remember(mapping: dict, key: str, value: Any, cap: int) -> None:
 def json_text(value: Any) -> str:
     """A tool input rendered as JSON, non-ASCII kept readable."""
     return json.dumps(value, ensure_ascii=False)
+
+
+def shown_text(value: Any) -> str:
+    """The text of something the model was shown (a prompt, a tool result): a string, a list
+    of parts (``{"type": "text", "text": ...}``, nested ``content``), or an object with
+    ``text``/``content``/``output``; anything else as JSON. Images and other blobs: nothing.
+
+    >>> shown_text([{"type": "text", "text": "a"}, {"type": "image", "source": {}}, "b"])
+    'a\\nb'
+    >>> shown_text({"output": "ok"}), shown_text(None), shown_text({"exit": 0})
+    ('ok', '', '{"exit": 0}')
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(t for t in (shown_text(v) for v in value) if t)
+    if isinstance(value, dict):
+        if value.get("type") in ("image", "image_url", "input_image", "document"):
+            return ""
+        for name in ("text", "content", "output"):
+            if name in value:
+                return shown_text(value[name])
+    return json_text(value)
 
 
 def apply_ops(ops: Iterable[Op], records: dict[str, Put] | None = None) -> dict[str, Put]:

@@ -22,6 +22,9 @@ notices, "No response requested."), not by a model: skipped. User records (tool 
 ``toolUseResult`` with ``originalFile``, pasted images) are never model output, and
 ``progress`` records only repeat subagent messages that their own ``subagents/*.jsonl``
 files hold: both ignored. Unknown ``type`` values are counted and skipped.
+
+With ``context_turns`` on (offline replay), user prompts, tool results and system notices
+are emitted too (see ``_shown``).
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from __future__ import annotations
 import re
 
 from storage.transcripts.base import (
-    ASSISTANT, TOOL_INPUT, Append, Head, LineParser, Op, Put, json_text, register, remember,
-    text_hash,
+    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Append, Head, LineParser, Op, Put,
+    json_text, register, remember, shown_text, text_hash,
 )
 from assistd.languages import language_id
 
@@ -105,7 +108,7 @@ class ClaudeCodeParser(LineParser):
             self.stats.skipped_unknown += 1
             return []
         if kind != "assistant":
-            return []
+            return self._shown(rec, kind) if self.context_turns else []
         message = rec.get("message")
         if not isinstance(message, dict):
             self.stats.skipped_malformed += 1
@@ -151,6 +154,36 @@ class ClaudeCodeParser(LineParser):
             elif btype in BLOB_BLOCKS:
                 self.stats.dropped_blobs += 1
         remember(self.messages, msg_id, state, MAX_MESSAGES)
+        return ops
+
+    def _shown(self, rec: dict, kind: str) -> list[Op]:
+        """Context turns (``context_turns`` only): a user record's prompt text (kind user)
+        and each ``tool_result`` block (kind tool_result; ``toolUseResult`` repeats it and
+        is not read); a system record's ``content`` (kind system)."""
+        cwd = rec.get("cwd") if isinstance(rec.get("cwd"), str) else None
+        key = f"ctx:{rec.get('uuid') or f'line:{self.line_no}'}"
+        if kind == "system":
+            text = rec.get("content")
+            return [Put(key, text, SYSTEM, cwd)] if isinstance(text, str) and text.strip() else []
+        if kind != "user" or not isinstance(rec.get("message"), dict):
+            return []
+        content = rec["message"].get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        ops: list[Op] = []
+        prompt = []
+        for i, block in enumerate(blocks if isinstance(blocks, list) else []):
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and isinstance(block.get("text"), str):
+                prompt.append(block["text"])
+            elif block.get("type") == "tool_result":
+                text = shown_text(block.get("content"))
+                if text.strip():
+                    call = block.get("tool_use_id") or i
+                    ops.append(Put(f"{key}/{call}", text, TOOL_RESULT, cwd))
+        text = "\n".join(t for t in prompt if t.strip())
+        if text:
+            ops.insert(0, Put(key, text, USER, cwd))
         return ops
 
     def _seen(self, state: dict, h: str) -> bool:

@@ -20,6 +20,8 @@ Ignored: ``event_msg`` (``agent_message`` repeats the assistant text), ``compact
 (a replacement copy of earlier history), tool outputs, user/developer messages.
 ``reasoning`` items are encrypted: dropped, counted as blobs. The project directory
 comes from ``session_meta``/``turn_context`` ``payload.cwd`` and is kept in the state.
+With ``context_turns`` on (offline replay), what the model was shown is emitted too
+(see ``_shown_item``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import re
 import shlex
 
 from storage.transcripts.base import (
-    ASSISTANT, TOOL_INPUT, Head, LineParser, Op, Put, register, remember, text_hash,
+    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, LineParser, Op, Put, register,
+    remember, shown_text, text_hash,
 )
 
 KNOWN_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
@@ -90,6 +93,7 @@ class CodexParser(LineParser):
         self.line_no = 0
         self.cwd: str | None = None
         self.calls: dict[str, str] = {}  # recent call ids -> text hash, for dedup
+        self.user_items = False  # context_turns: a response_item user message was seen
 
     @classmethod
     def sniff(cls, head: Head) -> int:
@@ -117,16 +121,51 @@ class CodexParser(LineParser):
         if rtype in ("session_meta", "turn_context"):
             if isinstance(payload.get("cwd"), str):
                 self.cwd = payload["cwd"]
+            if self.context_turns and rtype == "session_meta":
+                return self._shown_meta(payload)
             return []
+        if rtype == "event_msg" and self.context_turns:
+            return self._shown_event(payload)
         if rtype != "response_item":
             return []
         return self._item(payload)
+
+    # Context turns (``context_turns`` only): base instructions (system), user and developer
+    # messages (user / system), tool outputs (tool_result). Older rollouts record the user's
+    # prompt only as ``event_msg/user_message``: taken while no user response_item was seen.
+    def _shown_meta(self, payload: dict) -> list[Op]:
+        text = shown_text(payload.get("base_instructions") or payload.get("instructions"))
+        return [Put("ctx:instructions", text, SYSTEM, self.cwd)] if text.strip() else []
+
+    def _shown_event(self, payload: dict) -> list[Op]:
+        text = payload.get("message")
+        if payload.get("type") != "user_message" or self.user_items or not isinstance(text, str) \
+                or not text.strip():
+            return []
+        return [Put(f"ctx:line:{self.line_no}", text, USER, self.cwd)]
+
+    def _shown_item(self, item: dict) -> list[Op]:
+        itype, key = item.get("type"), f"ctx:line:{self.line_no}"
+        if itype == "message" and item.get("role") in ("user", "developer", "system"):
+            text = shown_text(item.get("content"))
+            if item["role"] == "user":
+                self.user_items = True
+            kind = USER if item["role"] == "user" else SYSTEM
+            return [Put(key, text, kind, self.cwd)] if text.strip() else []
+        if itype in ("function_call_output", "custom_tool_call_output"):
+            text = shown_text(item.get("output"))
+            return [Put(key, text, TOOL_RESULT, self.cwd)] if text.strip() else []
+        return []
 
     def _item(self, item: dict) -> list[Op]:
         itype = item.get("type")
         if itype not in KNOWN_ITEMS:
             self.stats.skipped_unknown += 1
             return []
+        if self.context_turns and itype in ("message", "function_call_output",
+                                            "custom_tool_call_output") \
+                and item.get("role") != "assistant":
+            return self._shown_item(item)
         if itype == "message":
             if item.get("role") != "assistant":
                 return []

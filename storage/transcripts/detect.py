@@ -75,10 +75,13 @@ def detect_format(path: Path, head: bytes) -> str | None:
     return best
 
 
-def parser_for(fmt: str) -> LineParser | WholeParser:
-    """A fresh parser instance for a format name (see ``FORMATS``)."""
+def parser_for(fmt: str, *, context_turns: bool = False) -> LineParser | WholeParser:
+    """A fresh parser instance for a format name (see ``FORMATS``); ``context_turns``
+    makes it emit the non-model turns too (see ``_Parser.context_turns``)."""
     try:
-        return FORMATS[fmt]()
+        parser = FORMATS[fmt]()
     except KeyError:
         raise TranscriptError(f"unknown transcript format {fmt!r}; "
                               f"known formats: {', '.join(sorted(FORMATS))}") from None
+    parser.context_turns = context_turns
+    return parser

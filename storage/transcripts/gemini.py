@@ -20,6 +20,8 @@ each ``toolCalls[]`` entry -> kind tool_input, key ``<message id>/<call id>``: w
 ``content``, replace ``new_string`` (language from ``file_path``), other tools the JSON of
 ``args``. ``thoughts`` summaries are skipped; ``inlineData`` and ``thoughtSignature`` are
 counted as dropped blobs. The project is only a hash (``projectHash``), so ``cwd`` is None.
+With ``context_turns`` on (offline replay), what the model was shown is emitted too
+(see ``message_puts``).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
-    ASSISTANT, TOOL_INPUT, Head, LineParser, Op, ParseStats, Put, Rewind, TranscriptError,
-    WholeParser, json_text, register, remember, text_hash,
+    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, LineParser, Op, ParseStats, Put,
+    Rewind, TranscriptError, WholeParser, json_text, register, remember, shown_text, text_hash,
 )
 from assistd.languages import language_id
 
@@ -55,14 +57,31 @@ def render_tool_call(name: str, args) -> tuple[str, str | None]:
     return json_text(args), None
 
 
-def message_puts(msg: dict, stats: ParseStats) -> list[Put]:
-    """Records of one MessageRecord (empty for user/info/error/warning)."""
+def _result_text(result) -> str:
+    """A tool call's ``result`` (a list of ``{functionResponse: {response: {output}}}``)."""
+    parts = result if isinstance(result, list) else [result]
+    texts = []
+    for part in parts:
+        fr = part.get("functionResponse") if isinstance(part, dict) else None
+        texts.append(shown_text(fr.get("response") if isinstance(fr, dict) else part))
+    return "\n".join(t for t in texts if t)
+
+
+def message_puts(msg: dict, stats: ParseStats, shown: bool = False) -> list[Put]:
+    """Records of one MessageRecord (empty for user/info/error/warning).
+
+    ``shown`` (a parser's ``context_turns``): also what the model was shown: user messages
+    (kind user), info/error/warning (kind system), each tool call's ``result`` (kind
+    tool_result, after the message's own records), under keys ``ctx:...``.
+    """
     mtype = msg.get("type")
     if mtype not in MESSAGE_TYPES:
         stats.skipped_unknown += 1
         return []
     if mtype != "gemini":
-        return []
+        text = shown_text(msg.get("content")) if shown else ""
+        kind = USER if mtype == "user" else SYSTEM
+        return [Put(f"ctx:{msg['id']}", text, kind, None)] if text.strip() else []
     msg_id = str(msg["id"])
     texts: list[str] = []
     calls: dict[str, tuple[str, object]] = {}
@@ -95,6 +114,11 @@ def message_puts(msg: dict, stats: ParseStats) -> list[Put]:
         call_text, lang = render_tool_call(name, args)
         if call_text.strip():
             puts.append(Put(f"{msg_id}/{call_id}", call_text, TOOL_INPUT, None, lang))
+    for i, tc in enumerate(tool_calls if shown and isinstance(tool_calls, list) else []):
+        text = _result_text(tc.get("result")) if isinstance(tc, dict) else ""
+        if text.strip():
+            call_id = str(tc.get("id") or f"{tc.get('name')}#{i}")
+            puts.append(Put(f"ctx:{msg_id}/{call_id}", text, TOOL_RESULT, None))
     return puts
 
 
@@ -128,7 +152,7 @@ class GeminiJsonParser(WholeParser):
             if not _is_message(msg):
                 self.stats.skipped_malformed += 1
                 continue
-            for put in message_puts(msg, self.stats):
+            for put in message_puts(msg, self.stats, self.context_turns):
                 if put.key in seen:
                     self.stats.skipped_duplicate += 1
                 seen[put.key] = put  # last write wins, first position kept
@@ -196,7 +220,7 @@ class GeminiJsonlParser(LineParser):
     def _message(self, msg: dict) -> list[Op]:
         entry = self._entry(str(msg["id"]))
         ops: list[Op] = []
-        for put in message_puts(msg, self.stats):
+        for put in message_puts(msg, self.stats, self.context_turns):
             h = text_hash(put.kind, put.text, put.language_id or "")
             if self.hashes.get(put.key) == h:
                 self.stats.skipped_duplicate += 1  # an unchanged re-write of the message

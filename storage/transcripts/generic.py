@@ -6,12 +6,14 @@ with ``role: "assistant"`` are model output -> kind assistant, key ``line:<n>``;
 ``tool_calls[]`` (``{id, function: {name, arguments}}``) -> kind tool_input, key
 ``line:<n>/<call id>``. Other roles (user, system, developer, tool, function) are not.
 An optional top-level ``cwd`` string is taken as the project directory.
+With ``context_turns`` on (offline replay), the other roles are emitted too, as kinds
+system (system, developer), user and tool_result (tool, function), key ``ctx:line:<n>``.
 """
 
 from __future__ import annotations
 
 from storage.transcripts.base import ASSISTANT, Head, LineParser, Op, Put, register
-from storage.transcripts.mini_swe_agent import content_text, tool_call_puts
+from storage.transcripts.mini_swe_agent import SHOWN_KINDS, content_text, tool_call_puts
 
 ROLES = frozenset({"assistant", "user", "system", "developer", "tool", "function"})
 
@@ -41,9 +43,13 @@ class GenericJsonlParser(LineParser):
         if role not in ROLES:
             self.stats.skipped_unknown += 1
             return []
-        if role != "assistant":
-            return []
         cwd = rec.get("cwd") if isinstance(rec.get("cwd"), str) else None
+        if role != "assistant":
+            if not self.context_turns:
+                return []
+            text = content_text(rec.get("content"), self.stats)
+            return [Put(f"ctx:line:{self.line_no}", text, SHOWN_KINDS[role], cwd)] \
+                if text.strip() else []
         key = f"line:{self.line_no}"
         ops: list[Op] = []
         text = content_text(rec.get("content"), self.stats)

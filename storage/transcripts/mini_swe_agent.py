@@ -9,6 +9,8 @@ message -> kind assistant, key ``msg<i>`` (its content is the whole response, e.
 format ``mini-swe-agent-1.1``) -> kind tool_input, key ``msg<i>/<call id>``, the command text
 when the arguments hold one. ``extra`` (raw provider response, reasoning) is not indexed.
 ``cwd``: ``info.config.environment.cwd`` (a path inside the agent's container).
+With ``context_turns`` on (offline replay), system, user and tool messages are emitted too,
+as kinds system, user and tool_result (key ``ctx:msg<i>``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
-    ASSISTANT, TOOL_INPUT, Head, ParseStats, Put, TranscriptError, WholeParser, register,
+    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, ParseStats, Put, TranscriptError,
+    WholeParser, register,
 )
+
+# Context turns (a parser's ``context_turns``): the kind of a non-model chat role.
+SHOWN_KINDS = {"system": SYSTEM, "developer": SYSTEM, "user": USER, "tool": TOOL_RESULT,
+               "function": TOOL_RESULT}
 from storage.transcripts.codex import render_function_call
 
 
@@ -92,6 +99,10 @@ class MiniSweAgentParser(WholeParser):
                 self.stats.skipped_malformed += 1
                 continue
             if msg.get("role") != "assistant":
+                kind = SHOWN_KINDS.get(msg.get("role")) if self.context_turns else None
+                text = content_text(msg.get("content"), self.stats) if kind else ""
+                if text.strip():
+                    puts.append(Put(f"ctx:msg{i}", text, kind, cwd))
                 continue
             text = content_text(msg.get("content"), self.stats)
             if text.strip():

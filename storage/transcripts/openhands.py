@@ -19,6 +19,8 @@ Model output, from events with ``source: "agent"`` and an ``action``:
 
 Observations, user/environment events and the ``message`` display strings are not model
 output. OpenHands does not record the host project directory, so ``cwd`` is None.
+With ``context_turns`` on (offline replay), what the model was shown is emitted too
+(see ``_shown``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
-    ASSISTANT, TOOL_INPUT, Head, Put, TranscriptError, WholeParser, json_text, register,
+    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, Put, TranscriptError, WholeParser,
+    json_text, register, shown_text,
 )
 from assistd.languages import language_id
 
@@ -100,6 +103,8 @@ class OpenHandsParser(WholeParser):
                 self.stats.skipped_malformed += 1
                 continue
             if "observation" in event:
+                if self.context_turns:
+                    puts.extend(self._shown(event, TOOL_RESULT, event.get("content"), i))
                 continue
             action = event.get("action")
             if action is None:
@@ -108,10 +113,23 @@ class OpenHandsParser(WholeParser):
             if action not in KNOWN_ACTIONS:
                 self.stats.skipped_unknown += 1
                 continue
+            args = event.get("args") if isinstance(event.get("args"), dict) else {}
+            if self.context_turns and action == "system":
+                puts.extend(self._shown(event, SYSTEM, args.get("content"), i))
+                continue
             if event.get("source") != "agent":
+                if self.context_turns and action == "message":
+                    puts.extend(self._shown(event, USER, args.get("content"), i))
                 continue
             puts.extend(self._action(event, action, f"event{event.get('id', i)}"))
         return puts
+
+    @staticmethod
+    def _shown(event: dict, kind: str, content, i: int) -> list[Put]:
+        """Context turns (``context_turns`` only): observations' ``content`` (kind
+        tool_result), the system prompt (kind system), users' messages (kind user)."""
+        text = shown_text(content)
+        return [Put(f"ctx:event{event.get('id', i)}", text, kind, None)] if text.strip() else []
 
     def _action(self, event: dict, action: str, key: str) -> list[Put]:
         args = event.get("args") if isinstance(event.get("args"), dict) else {}

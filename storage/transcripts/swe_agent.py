@@ -12,6 +12,8 @@ assistant (key ``step<i>/thought``), ``action`` -> kind tool_input (key ``step<i
 and fall back to the assistant entries of ``history[]`` only when ``trajectory[]`` is empty,
 never both. ``response`` is not indexed beside them: it is thought + action again.
 ``cwd`` is the step's ``state.working_dir`` (a path inside the agent's container).
+With ``context_turns`` on (offline replay), what the model was shown is emitted too
+(see ``_shown``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
-    ASSISTANT, TOOL_INPUT, Head, Put, TranscriptError, WholeParser, register,
+    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, Put, TranscriptError, WholeParser,
+    register, shown_text,
 )
 
 
@@ -77,7 +80,12 @@ class SweAgentParser(WholeParser):
         source, label = (steps, "step") if steps else (
             [h for h in history if isinstance(h, dict) and h.get("role") == "assistant"], "history")
         cwd = None
+        shown = self._shown(history, label, prefix) if self.context_turns else None
+        if shown is not None:
+            puts.extend(shown[0])
         for i, step in enumerate(source):
+            if shown is not None and i > 0:
+                puts.extend(shown[i] if label == "history" and i < len(shown) else [])
             if not isinstance(step, dict):
                 self.stats.skipped_malformed += 1
                 continue
@@ -90,4 +98,34 @@ class SweAgentParser(WholeParser):
                 puts.append(Put(f"{prefix}{label}{i}/thought", thought, ASSISTANT, cwd))
             if isinstance(action, str) and action.strip():
                 puts.append(Put(f"{prefix}{label}{i}/action", action, TOOL_INPUT, cwd))
+            observation = step.get("observation")
+            if shown is not None and label == "step" and isinstance(observation, str) \
+                    and observation.strip():
+                puts.append(Put(f"ctx:{prefix}step{i}/observation", observation, TOOL_RESULT, cwd))
+        if shown is not None and label == "history" and 0 < len(source) < len(shown):
+            puts.extend(shown[len(source)])  # after the last assistant entry
         return puts
+
+    @staticmethod
+    def _shown(history: list, label: str, prefix: str) -> list[list[Put]]:
+        """Context turns (``context_turns`` only), from ``history[]``: ``groups[0]`` holds
+        the entries before the first assistant entry (system prompt, the issue), and with
+        the history fallback ``groups[n]`` those after the n-th assistant entry (the
+        observations; with ``trajectory[]`` each step's ``observation`` is used instead)."""
+        groups: list[list[Put]] = [[]]
+        kinds = {"system": SYSTEM, "user": USER, "tool": TOOL_RESULT}
+        for j, h in enumerate(history):
+            if not isinstance(h, dict):
+                continue
+            if h.get("role") == "assistant":
+                if label == "step":
+                    break
+                groups.append([])
+                continue
+            text = shown_text(h.get("content"))
+            kind = kinds.get(h.get("role"), USER)
+            if len(groups) > 1 and kind == USER and h.get("message_type") == "observation":
+                kind = TOOL_RESULT
+            if text.strip():
+                groups[-1].append(Put(f"ctx:{prefix}history{j}", text, kind, None))
+        return groups
