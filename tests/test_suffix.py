@@ -20,6 +20,7 @@ from proposers.suffix import SuffixProposer, best_length
 from storage.store import HistoryStore
 
 A = np.array
+RAW = {"context": 0.0, "history": 0.0}  # raw count ratios, as SuffixDecoding has them
 
 
 def index_of(*docs, scope="s", **kw):
@@ -35,7 +36,7 @@ def index_of(*docs, scope="s", **kw):
 def test_most_frequent_continuation_beats_the_most_recent():
     """[1, 2] is followed by 3 twice and by 4 once (the latest): suffix proposes 3, p = 2/3."""
     h = index_of([1, 2, 3], [1, 2, 3], [1, 2, 4])
-    d = SuffixProposer(h, use_context=False).propose(A([9, 1, 2]), 1, scope="s")
+    d = SuffixProposer(h, use_context=False, match_prior=RAW).propose(A([9, 1, 2]), 1, scope="s")
     assert d.tokens.tolist() == [3] and d.probs.tolist() == pytest.approx([2 / 3])
     assert d.source == "history" and d.match_len == 2 and d.document == "d2"
 
@@ -44,27 +45,27 @@ def test_probability_is_product_of_count_ratios_and_stops_below_min_token_prob()
     """Rows after [7, 8]: 1 2 5 / 1 2 6 / 1 3 5 / 0 0 0. Path 1 (3/4), 2 (2/3), then 5 or 6
     at 1/2 each: cumulative 0.75, 0.5, 0.25; min_token_prob 0.3 stops before the third."""
     h = index_of([7, 8, 1, 2, 5], [7, 8, 1, 2, 6], [7, 8, 1, 3, 5], [7, 8, 0, 0, 0])
-    p = SuffixProposer(h, use_context=False, min_token_prob=0.3, alpha=4)
+    p = SuffixProposer(h, use_context=False, min_token_prob=0.3, alpha=4, match_prior=RAW)
     d = p.propose(A([7, 8]), 8, scope="s")
     assert d.tokens.tolist() == [1, 2]
     assert np.cumprod(d.probs).tolist() == pytest.approx([0.75, 0.5])
-    d = SuffixProposer(h, use_context=False, min_token_prob=0.2, alpha=4).propose(A([7, 8]), 8, scope="s")
+    d = SuffixProposer(h, use_context=False, min_token_prob=0.2, alpha=4, match_prior=RAW).propose(A([7, 8]), 8, scope="s")
     assert d.tokens.tolist() == [1, 2, 5]  # a 1-1 tie: the smaller id
 
 
 def test_draft_is_capped_at_alpha_times_match_length():
     h = index_of(list(range(10, 30)))
     for alpha, want in ((1.0, 2), (2.0, 4), (0.5, 1)):
-        d = SuffixProposer(h, alpha=alpha, use_context=False).propose(A([0, 11, 12]), 16, scope="s")
+        d = SuffixProposer(h, alpha=alpha, use_context=False, match_prior=RAW).propose(A([0, 11, 12]), 16, scope="s")
         assert d.match_len == 2 and len(d.tokens) == want
-    assert SuffixProposer(h, alpha=0.4, use_context=False).propose(A([0, 12]), 16, scope="s") is None
+    assert SuffixProposer(h, alpha=0.4, use_context=False, match_prior=RAW).propose(A([0, 12]), 16, scope="s") is None
 
 
 def test_live_context_never_matches_its_own_tail():
     assert live_occurrences(A([1, 2, 3, 4, 5]), 4).match_len == 0
     occ = live_occurrences(A([5, 5, 5, 5]), 4)  # cut to 2 tokens so as not to overlap
     assert occ.match_len == 2 and occ.cont.tolist() == [[5, 5, SEP, SEP]]
-    assert SuffixProposer().propose(A([1, 2, 3, 4, 5]), 4) is None
+    assert SuffixProposer(match_prior=RAW).propose(A([1, 2, 3, 4, 5]), 4) is None
 
 
 def test_empty_history_short_context_and_unknown_scope():
@@ -81,7 +82,7 @@ def test_live_request_and_history_compete_on_score():
     continuations (0.5 + 0.5) loses to it (1 + 1) without a prior."""
     ctx = A([1, 2, 9, 0, 1, 2])
     h = index_of([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5])
-    d = SuffixProposer(h, prior=1.0).propose(ctx, 3, scope="s")
+    d = SuffixProposer(h, prior=1.0, match_prior=RAW).propose(ctx, 3, scope="s")
     assert d.source == "history" and d.tokens.tolist() == [3, 4]  # capped at alpha * 2
     d = SuffixProposer(index_of([1, 2, 3, 4], [1, 2, 5, 4])).propose(ctx, 3, scope="s")
     assert d.source == "context" and d.tokens.tolist() == [9, 0]
@@ -96,8 +97,8 @@ def test_cost_model_cuts_drafts_that_do_not_pay():
     assert best_length([1.0] * 8, table) == 8
     assert best_length([1.0, 1.0, 0.1, 0.1], table) == 2
     h = index_of([1, 2, 3, 4], [1, 2, 5, 6])
-    assert SuffixProposer(h, cost=cost, use_context=False).propose(A([1, 2]), 4, scope="s") is None
-    assert SuffixProposer(h, use_context=False).propose(A([1, 2]), 4, scope="s") is not None
+    assert SuffixProposer(h, cost=cost, use_context=False, match_prior=RAW).propose(A([1, 2]), 4, scope="s") is None
+    assert SuffixProposer(h, use_context=False, match_prior=RAW).propose(A([1, 2]), 4, scope="s") is not None
 
 
 def test_frequent_path_counts_ended_rows_in_the_denominator():
@@ -110,7 +111,7 @@ def test_frequent_path_counts_ended_rows_in_the_denominator():
 def test_registered_with_bad_parameters_refused():
     assert isinstance(make_proposer("suffix"), SuffixProposer)
     with pytest.raises(ValueError):
-        SuffixProposer(alpha=0)
+        SuffixProposer(alpha=0, match_prior=RAW)
 
 
 # -- the index against brute force -----------------------------------------------
@@ -169,7 +170,7 @@ def test_index_matches_brute_force_after_random_add_replace_forget():
             m, rows = brute_find(docs, ctx, 5)
             assert occ.match_len == m, (step, ctx)
             assert sorted(map(tuple, occ.cont.tolist())) == rows, (step, ctx)
-            d = SuffixProposer(index, use_context=False, min_token_prob=0.0).propose(A(ctx), 5, scope=scope)
+            d = SuffixProposer(index, use_context=False, min_token_prob=0.0, match_prior=RAW).propose(A(ctx), 5, scope=scope)
             if m == 0:
                 assert d is None
             else:
@@ -193,7 +194,7 @@ def test_forgotten_document_is_gone_from_every_structure():
             arrays.append(sc.tail_segment.rev)
         arrays += [t[2] for t in sc.tail.values()]
         assert not any(np.isin(a.astype(np.int64), [900, 901, 902]).any() for a in arrays)
-        d = SuffixProposer(index).propose(A([1, 2]), 4, scope="s")
+        d = SuffixProposer(index, match_prior=RAW).propose(A([1, 2]), 4, scope="s")
         assert d.tokens.tolist() == [3, 4]
         assert index.find("s", A([900]), 2).match_len == 0
 
@@ -202,7 +203,7 @@ def test_scopes_are_isolated():
     index = HistoryIndex()
     index.put("a", 1, A([1, 2, 3, 4]), "a.py")
     index.put("b", 2, A([1, 2, 7, 8]), "b.py")
-    p = SuffixProposer(index, use_context=False)
+    p = SuffixProposer(index, use_context=False, match_prior=RAW)
     assert p.propose(A([1, 2]), 2, scope="a").tokens.tolist() == [3, 4]
     assert p.propose(A([1, 2]), 2, scope="b").tokens.tolist() == [7, 8]
     assert p.propose(A([1, 2]), 2, scope="c") is None
@@ -240,7 +241,7 @@ def test_index_follows_the_sqlite_history(tmp_path):
     docs = {d: v[1].tolist() for d, v in index.documents("/r").items()}
     assert docs == {a: [1, 2, 4], c: [7, 8]}
     assert index.scopes() == ["/r"]
-    assert SuffixProposer(index, use_context=False).propose(A([1, 2]), 1, scope="/r").tokens.tolist() == [4]
+    assert SuffixProposer(index, use_context=False, match_prior=RAW).propose(A([1, 2]), 1, scope="/r").tokens.tolist() == [4]
     assert index.sync(store) == 0
     store.close()
 
@@ -262,4 +263,15 @@ def test_suffixdecoding_peer_tries_every_match_length():
     h = index_of([1, 2, 3, 4, 5, 6], [8, 1, 2])
     d = make_proposer("peer:suffixdecoding", history=h).propose(A([8, 1, 2]), 4, scope="s")
     assert d.tokens.tolist() == [3, 4] and d.match_len == 2 and d.source == "history"
-    assert SuffixProposer(h, use_context=False).propose(A([8, 1, 2]), 4, scope="s") is None
+    assert SuffixProposer(h, use_context=False, match_prior=RAW).propose(A([8, 1, 2]), 4, scope="s") is None
+
+
+def test_short_matches_are_trusted_less_than_long_ones():
+    """Default match prior: one occurrence after a 1-token history match is worth
+    1 / (1 + 4) = 0.2, after a 16-token match 16 / 20 = 0.8 (then rising along the draft)."""
+    h = index_of(list(range(100, 140)))
+    p = SuffixProposer(h, use_context=False, alpha=4, min_token_prob=0.0)
+    short = p.propose(A([7, 100]), 1, scope="s")
+    long_ = p.propose(A(list(range(100, 116))), 2, scope="s")
+    assert short.probs.tolist() == pytest.approx([0.2])
+    assert long_.probs.tolist() == pytest.approx([16 / 20, 17 / 21])
