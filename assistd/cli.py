@@ -350,8 +350,14 @@ def history_vacuum(db, as_json):
               default=None, help="Repository whose history drafts. [default: the file's git root]")
 @click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True,
               help="Stop after this many new tokens.")
-@click.option("--proposer", type=click.Choice(["ngram", "none"]), default="ngram",
-              show_default=True, help="Draft source; 'none' is plain decoding.")
+@click.option("--proposer", type=click.Choice(["suffix", "ngram", "draft_model", "none"]),
+              default="suffix", show_default=True,
+              help="Draft source: suffix (frequency-scored history and context), ngram"
+                   " (prompt lookup), draft_model (needs --draft-model); 'none' is plain"
+                   " decoding.")
+@click.option("--draft-model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="GGUF of a small model with the Target's tokenizer, for"
+                                 " --proposer draft_model.")
 @click.option("--no-speculation", is_flag=True, help="Plain decoding (same as --proposer none).")
 @click.option("--k", "k", type=click.IntRange(0, 64), default=8, show_default=True,
               help="Draft length ceiling per round, in tokens.")
@@ -384,7 +390,7 @@ def history_vacuum(db, as_json):
               help="CPU threads for the Target. [default: all usable cores]")
 @_db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def complete(file_, line, column, repo, max_tokens, proposer, no_speculation, k,
+def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_speculation, k,
              max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
              n_ctx, model, backend, device, dtype, n_gpu_layers, threads, db, as_json):
     """Complete the text before a cursor with the Target, drafting from the history.
@@ -416,7 +422,7 @@ def complete(file_, line, column, repo, max_tokens, proposer, no_speculation, k,
         prompt_text, repo=repo or default_repo, proposer=proposer, k=k,
         max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
         model=model, db=db, stop=stop, guess_outside_git=repo is None,
-        sampling=sampling,
+        sampling=sampling, draft_model=draft_model,
         target_options={"backend": backend, "device": device, "dtype": dtype,
                         "n_gpu_layers": n_gpu_layers, "n_threads": threads},
     )

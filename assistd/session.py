@@ -169,7 +169,7 @@ def complete_at(
     prompt_text: str,
     *,
     repo: Path | None,
-    proposer: str = "ngram",
+    proposer: str = "suffix",
     k: int = 8,
     max_tokens: int = 64,
     max_prompt_tokens: int = 1024,
@@ -182,6 +182,7 @@ def complete_at(
     stop: tuple[str, ...] = (),
     target_options: dict | None = None,
     guess_outside_git: bool = False,
+    draft_model: Path | None = None,
 ) -> Completion:
     """Complete ``prompt_text`` with speculative decoding, drafting from ``repo``'s history.
 
@@ -192,6 +193,8 @@ def complete_at(
     on the same prefix evaluates only the new tokens. ``target_options`` go to
     :func:`open_target`. With ``guess_outside_git`` (``repo`` was inferred, not chosen)
     a directory outside git is drafted from only if ``assistd index`` took it before.
+    ``proposer`` is a registered name (``suffix``, ``ngram``, ``draft_model`` with
+    ``draft_model`` = the draft's GGUF, or a ``peer:...`` rule) or ``"none"``.
     """
     from proposers import make_proposer
     from proposers.index import HistoryIndex
@@ -238,7 +241,18 @@ def complete_at(
         # On torch uncapped k=16 won on one prompt and lost on three
         # (benchmarks/torch_lookup.py), so one default for now; the tuner will pick k
         # from each backend's measured cost t(k).
-        prop = make_proposer(proposer, **proposer_options(proposer, target, hist_index))
+        options = proposer_options(proposer, target, hist_index)
+        if proposer == "draft_model":
+            from proposers.draft_model import open_draft
+
+            if draft_model is None:
+                raise InputError("--proposer draft_model needs --draft-model PATH (a GGUF of a"
+                                 " smaller model with the Target's tokenizer)")
+            options["draft"] = open_draft(draft_model, n_ctx=n_ctx)
+        try:
+            prop = make_proposer(proposer, **options)
+        except KeyError as e:
+            raise InputError(str(e).strip('"')) from None
     gen = generate(target, ids, prop, max_tokens=max_tokens, k=k, sampling=sampling, stop=stop,
                    scope=report.scope if report else None)
     return Completion(generation=gen, target=target, history=history, index=report,
@@ -252,18 +266,19 @@ def proposer_options(name: str, target: Target, history) -> dict:
     ngram: alpha=0.5, a match of m tokens drafts at most ceil(m/2): on llama.cpp on a
     CPU verifying k tokens costs ~k/2 plain steps, so long drafts on weak matches lose
     time (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain).
-    suffix: the cost model of BRIEF §5 on a CPU, so each draft is cut to the length
-    that pays; on a GPU, where t(n) is nearly flat, no cut (min_token_prob only).
+    suffix (and any proposer that takes a cost model): the cost model of BRIEF §5 on a
+    CPU, so each draft is cut to the length that pays; on a GPU, where t(n) is nearly
+    flat, no cut (min_token_prob only).
     The tuner issue replaces both with per-language choices from measured acceptance.
     """
     from assistd.costmodel import CostModel
 
+    cpu = str(target.device).startswith("cpu")
+    options = {"history": history, "target": target,
+               "cost": CostModel.brief() if cpu else None}
     if name == "ngram":
-        return {"history": history, "alpha": 0.5}
-    if name == "suffix":
-        cpu = str(target.device).startswith("cpu")
-        return {"history": history, "cost": CostModel.brief() if cpu else None}
-    return {"history": history}
+        options["alpha"] = 0.5
+    return options
 
 
 def ledger_line(c: Completion) -> str:

@@ -28,7 +28,10 @@ sys.path.insert(0, str(ROOT))
 from assistd.engine import generate  # noqa: E402
 from assistd.session import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
-from proposers.ngram import HistoryIndex, NgramProposer  # noqa: E402
+from assistd.costmodel import CostModel  # noqa: E402
+from proposers.index import HistoryIndex  # noqa: E402
+from proposers.ngram import NgramProposer  # noqa: E402
+from proposers.suffix import SuffixProposer  # noqa: E402
 from tests.test_engine import COPY_HEAVY  # noqa: E402
 
 
@@ -99,11 +102,15 @@ def main():
     # The history: this repository's Python files, as `assistd complete` would index them.
     docs = [(str(p.relative_to(ROOT)), np.array(target.tokenize(p.read_text())))
             for p in sorted(ROOT.glob("*/*.py"))]
-    history = HistoryIndex(docs, key_n=2)
+    history = HistoryIndex()
+    for i, (name, ids) in enumerate(docs):
+        history.put("repo", i, ids, name)
+    cost = CostModel.brief()
     variants = {"plain": (None, 0)}
-    variants["ngram k=8, cap 1/2 match (default)"] = (NgramProposer(history, alpha=0.5), 8)
-    for k in (4, 16):
-        variants[f"ngram k={k}, cap 1/2 match"] = (NgramProposer(history, alpha=0.5), k)
+    variants["suffix k=16, cost model (default)"] = (SuffixProposer(history, cost=cost), 16)
+    variants["suffix k=16, no cost model, raw ratios"] = (
+        SuffixProposer(history, match_prior={"context": 0, "history": 0}), 16)
+    variants["ngram k=8, cap 1/2 match"] = (NgramProposer(history, alpha=0.5), 8)
     variants["ngram k=8, no cap"] = (NgramProposer(history), 8)
     peer = peer_plain = None
     if not args.no_peer:

@@ -28,6 +28,7 @@ segment, each O(m log N) in C), then a vectorised gather of at most
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import time
 from collections import OrderedDict
@@ -306,10 +307,13 @@ class HistoryIndex:
     # -- lookup --------------------------------------------------------------
 
     def find(self, scope: str | None, context: np.ndarray, depth: int,
-             max_depth: int = MAX_DEPTH, min_len: int = 1) -> Occurrences:
+             max_depth: int = MAX_DEPTH, min_len: int = 1,
+             alpha: float | None = None) -> Occurrences:
         """The longest suffix of ``context`` (at least ``min_len``, at most ``max_depth``
         tokens) found in the scope's history, with the ``depth`` tokens that followed
-        each occurrence (at most ``max_occurrences`` rows, evenly sampled).
+        each occurrence (at most ``max_occurrences`` rows, evenly sampled). With
+        ``alpha``, only ``floor(alpha * match length)`` tokens are read after each
+        occurrence (what a draft capped at alpha times the match can use).
 
         ``scope=None`` searches the only scope there is (none if several).
         """
@@ -366,6 +370,8 @@ class HistoryIndex:
                          np.array(context[-MAX_DEPTH:], dtype=np.int64))
         if best < min_len:
             return Occurrences.empty(depth)
+        if alpha is not None:
+            depth = max(1, min(depth, math.floor(alpha * best + 1e-6)))
         return self._gather(hits, best, depth)
 
     def find_at(self, scope: str | None, context: np.ndarray, m: int, depth: int) -> Occurrences:

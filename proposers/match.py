@@ -6,6 +6,8 @@ in the docstrings run as doctests.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from proposers.index import MAX_DEPTH, SEP, Occurrences
@@ -93,10 +95,13 @@ def frequent_path(cont: np.ndarray, max_len: int, min_prob: float,
 
 
 def live_occurrences(context: np.ndarray, depth: int, max_depth: int = MAX_DEPTH,
-                     limit: int = 256) -> Occurrences:
+                     limit: int = 256, min_len: int = 1,
+                     alpha: float | None = None) -> Occurrences:
     """The longest suffix of ``context`` occurring earlier in it without overlapping
     itself (an occurrence ``[e - m, e)`` ends at or before ``L - m``), with the
-    ``depth`` tokens after each occurrence (SEP past the end of the context).
+    ``depth`` tokens after each occurrence (SEP past the end of the context); empty
+    when the match is shorter than ``min_len``; with ``alpha``, at most
+    ``floor(alpha * m)`` tokens after each.
 
     >>> occ = live_occurrences(np.array([1, 2, 3, 4, 2, 3]), 3)
     >>> occ.match_len, occ.cont.tolist()
@@ -118,8 +123,10 @@ def live_occurrences(context: np.ndarray, depth: int, max_depth: int = MAX_DEPTH
         lengths = np.minimum(match_lengths(ctx, ends, ctx, max_depth), L - ends)
         m = int(lengths.max()) if len(lengths) else 0
         ends = ends[lengths == m]
-    if m == 0 or not len(ends):
+    if m < max(1, min_len) or not len(ends):
         return Occurrences.empty(depth)
+    if alpha is not None:  # a draft capped at alpha * m reads no further
+        depth = max(1, min(depth, math.floor(alpha * m + 1e-6)))
     count = len(ends)
     if count > limit:
         ends = ends[-limit:]  # the most recent ones

@@ -99,6 +99,19 @@ class SuffixProposer(Proposer):
         self.use_context, self.min_match = use_context, max(1, min_match)
         self.match_prior = {**MATCH_PRIOR, **(match_prior if match_prior is not None else {})}
         self._round_ms = cost.table(MAX_DEPTH).tolist() if cost is not None else None
+        # The shortest match per source whose best imaginable continuation (every count
+        # ratio 1) could pay under the cost model: shorter matches are not even read.
+        self._min_len = {src: self._shortest_paying(c) for src, c in self.match_prior.items()}
+
+    def _shortest_paying(self, c: float) -> int:
+        if self._round_ms is None:
+            return self.min_match
+        for m in range(self.min_match, self.max_depth + 1):
+            n = min(MAX_DEPTH, math.floor(self.alpha * m + 1e-6))
+            upper = [(m + j) / (m + j + c) for j in range(n)]
+            if n and best_length(upper, self._round_ms) > 0:
+                return m
+        return self.max_depth + 1
 
     def _path(self, occ: Occurrences, k: int, source: str):
         """``(tokens, probs, score)`` of the most frequent continuation, or None."""
@@ -133,10 +146,12 @@ class SuffixProposer(Proposer):
         depth = min(k, MAX_DEPTH)
         best, source, occ = None, "", None
         if self.use_context:
-            live = live_occurrences(context, depth, self.max_depth)
+            live = live_occurrences(context, depth, self.max_depth,
+                                    min_len=self._min_len["context"], alpha=self.alpha)
             best, source, occ = self._path(live, k, "context"), "context", live
         if self.history is not None:
-            hist = self.history.find(scope, context, depth, self.max_depth, self.min_match)
+            hist = self.history.find(scope, context, depth, self.max_depth,
+                                     self._min_len["history"], self.alpha)
             h = self._path(hist, k, "history")
             if h is not None and (best is None or h[2] > best[2]):
                 best, source, occ = h, "history", hist

@@ -275,3 +275,12 @@ def test_short_matches_are_trusted_less_than_long_ones():
     long_ = p.propose(A(list(range(100, 116))), 2, scope="s")
     assert short.probs.tolist() == pytest.approx([0.2])
     assert long_.probs.tolist() == pytest.approx([16 / 20, 17 / 21])
+
+
+def test_matches_too_short_to_pay_are_not_read():
+    """With the BRIEF §5 costs, a history match under 7 tokens (context: 3) cannot pay
+    even if every occurrence agrees, so no draft comes from it; 7 tokens can."""
+    p = SuffixProposer(index_of(list(range(100, 140))), cost=CostModel.brief(), use_context=False)
+    assert p._min_len == {"context": 3, "history": 7}
+    assert p.propose(A(list(range(100, 106))), 16, scope="s") is None
+    assert p.propose(A(list(range(100, 107))), 16, scope="s").tokens[0] == 107
