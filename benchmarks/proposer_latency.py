@@ -150,10 +150,11 @@ def main() -> None:
             while len(contexts) < args.calls:
                 t = rng.choice(pool)
                 end = rng.randrange(16, len(t))
+                start = max(0, end - args.context)  # the request's prompt, then it grows
                 for _ in range(32):
                     if end > len(t) or len(contexts) >= args.calls:
                         break
-                    contexts.append(t[max(0, end - args.context) : end])
+                    contexts.append(t[start:end])
                     end += rng.randint(1, 3)
             for name, prop in proposers.items():
                 ms, drafted = [], 0

@@ -334,27 +334,30 @@ class HistoryIndex:
         w = self.width
         bound = self._match_bound(sc, context, max_depth, len(tail))
         best, hits = 0, []  # hits: (segment, count, left) holding the best length
-        # The biggest segment first: it most likely holds the longest match, so the
-        # others mostly need one or two probes at and just above that length.
-        for seg in sorted(segs, key=lambda s: -s.n):
-            lo, at_lo = 0, (0, 0)
-            if not best and bound:  # decoding usually extends the last match: try it first
+        if bound:  # decoding usually extends the last match: try its upper bound first
+            for seg in segs:
                 c, left = seg.count(pattern[: bound * w])
                 if c and seg.has_alive(left, c):
-                    best, hits = bound, [(seg, c, left)]
-                    continue
+                    hits.append((seg, c, left))
+            if hits:
+                best = bound
+        top = bound - 1 if bound else len(tail)  # no match is longer than this now
+        # The biggest segment first: it most likely holds the longest match, so the
+        # others mostly need one or two probes at and just above that length.
+        for seg in (sorted(segs, key=lambda s: -s.n) if not best else ()):
+            lo, at_lo = 0, (0, 0)
             if best:
                 at_lo = seg.count(pattern[: best * w])
                 if not seg.has_alive(at_lo[1], at_lo[0]):
                     continue
                 lo = best
-                if lo < (bound or len(tail)):
+                if lo < top:
                     c, left = seg.count(pattern[: (lo + 1) * w])
                     if not (c and seg.has_alive(left, c)):
                         hits.append((seg, *at_lo))
                         continue
                     lo, at_lo = lo + 1, (c, left)
-            hi = bound - 1 if bound and not best else (bound or len(tail))
+            hi = top
             while lo < hi:  # invariant: length lo matches (0 trivially), hi+1.. do not
                 mid = (lo + hi + 1) // 2
                 c, left = seg.count(pattern[: mid * w])
