@@ -76,9 +76,11 @@ class NgramProposer(Proposer):
     """Prompt lookup over the live context and (optionally) a :class:`HistoryIndex`.
 
     min_n / max_n: shortest / longest context suffix to match, in tokens.
-    policy: which occurrence to follow among the longest matches: ``"recent"``,
-        ``"earliest"``, or ``"frequent"`` (the most frequent continuation, token by
-        token; with more than the index's ``max_occurrences`` history occurrences,
+    policy: which occurrence to follow among the longest matches: ``"frequent"``
+        (default: the most frequent continuation, token by token), ``"recent"`` or
+        ``"earliest"``. Measured by ``assistd replay`` on the shared transcripts (alpha
+        0.5, BRIEF §5 costs): frequent 1.069x, recent 1.067x, earliest 1.052x modeled
+        speedup (t(L+1)); on copying text the three mostly agree. (``frequent``: with more than the index's ``max_occurrences`` history occurrences,
         recent/earliest/frequent are chosen among an even sample of them).
     alpha: if set, cap the draft at ``ceil(alpha * match_len)`` tokens, so a short
         match (weak evidence) gives a short draft (after SuffixDecoding's α·m cap).
@@ -91,7 +93,7 @@ class NgramProposer(Proposer):
     name = "ngram"
 
     def __init__(self, history: HistoryIndex | None = None, *, min_n: int = 3,
-                 max_n: int = 16, policy: Policy = "recent", alpha: float | None = None):
+                 max_n: int = 16, policy: Policy = "frequent", alpha: float | None = None):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
         if policy not in ("recent", "earliest", "frequent"):
