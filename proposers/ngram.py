@@ -80,8 +80,9 @@ class NgramProposer(Proposer):
         (default: the most frequent continuation, token by token), ``"recent"`` or
         ``"earliest"``. Measured by ``assistd replay`` on the shared transcripts (alpha
         0.5, BRIEF §5 costs): frequent 1.069x, recent 1.067x, earliest 1.052x modeled
-        speedup (t(L+1)); on copying text the three mostly agree. (``frequent``: with more than the index's ``max_occurrences`` history occurrences,
-        recent/earliest/frequent are chosen among an even sample of them).
+        speedup (t(L+1)); on copying text the three mostly agree. With more than the
+        index's ``max_occurrences`` history occurrences, the choice is made among an
+        even sample of them.
     alpha: if set, cap the draft at ``ceil(alpha * match_len)`` tokens, so a short
         match (weak evidence) gives a short draft (after SuffixDecoding's α·m cap).
     The longer match wins across the two sources; on a tie the live context
