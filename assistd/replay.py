@@ -282,14 +282,16 @@ class ReplayHistory:
 
 
 def build_proposer(name: str, history, cost: CostModel | None = None) -> Proposer:
-    """A registered proposer offered the replay's history and cost model (each takes
-    what its constructor names, as in the daemon), otherwise its own defaults. Raises
+    """A registered proposer with the replay's history and cost model and the settings
+    ``assistd complete`` gives it (:func:`assistd.session.proposer_options`). Raises
     :class:`InputError` for an unknown name or one that cannot be built that way
     (``draft_model`` needs a draft model)."""
+    from assistd.session import proposer_options
+
     if name not in available():
         raise InputError(f"unknown proposer {name!r}; known: {', '.join(available())}")
     try:
-        return make_proposer(name, history=history, cost=cost)
+        return make_proposer(name, **proposer_options(name, history, cost))
     except TypeError as e:
         raise InputError(f"proposer {name!r} cannot be replayed here ({e}); "
                          f"pick others with --proposer") from None

@@ -241,7 +241,7 @@ def complete_at(
         # On torch uncapped k=16 won on one prompt and lost on three
         # (benchmarks/torch_lookup.py), so one default for now; the tuner will pick k
         # from each backend's measured cost t(k).
-        options = proposer_options(proposer, target, hist_index)
+        options = proposer_options(proposer, hist_index, default_cost_model(target), target)
         if proposer == "draft_model":
             from proposers.draft_model import open_draft
 
@@ -260,25 +260,31 @@ def complete_at(
                       sampling=sampling)
 
 
-def proposer_options(name: str, target: Target, history) -> dict:
-    """Constructor options of proposer ``name`` for this Target and history index.
+def proposer_options(name: str, history, cost, target: Target | None = None) -> dict:
+    """Constructor options of proposer ``name``: the ones ``complete`` and ``replay``
+    both use, so that a replay measures what a completion runs.
 
-    ngram: alpha=0.5, a match of m tokens drafts at most ceil(m/2): on llama.cpp on a
-    CPU verifying k tokens costs ~k/2 plain steps, so long drafts on weak matches lose
-    time (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain).
-    suffix (and any proposer that takes a cost model): the cost model of BRIEF §5 on a
-    CPU, so each draft is cut to the length that pays; on a GPU, where t(n) is nearly
-    flat, no cut (min_token_prob only).
-    The tuner issue replaces both with per-language choices from measured acceptance.
+    ``history`` (a :class:`proposers.index.HistoryIndex`), ``cost`` (the Target's
+    :class:`assistd.costmodel.CostModel`, or None) and ``target`` are offered to every
+    proposer (each takes what its constructor names). ngram also gets alpha=0.5: a
+    match of m tokens drafts at most ceil(m/2), because on llama.cpp on a CPU verifying
+    k tokens costs ~k/2 plain steps and long drafts on weak matches lose time
+    (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain). The
+    tuner issue replaces both with per-language choices from measured acceptance.
     """
-    from assistd.costmodel import CostModel
-
-    cpu = str(target.device).startswith("cpu")
-    options = {"history": history, "target": target,
-               "cost": CostModel.brief() if cpu else None}
+    options = {"history": history, "target": target, "cost": cost}
     if name == "ngram":
         options["alpha"] = 0.5
     return options
+
+
+def default_cost_model(target: Target):
+    """The BRIEF §5 cost model on a CPU, where verifying k tokens costs far more than
+    one; None on a GPU, where t(n) is nearly flat (drafts are then cut only by
+    min_token_prob). The tuner issue measures t(n) online instead."""
+    from assistd.costmodel import CostModel
+
+    return CostModel.brief() if str(target.device).startswith("cpu") else None
 
 
 def ledger_line(c: Completion) -> str:

