@@ -304,3 +304,16 @@ def test_file_outside_git_does_not_pull_its_dotfiles_into_the_history(tmp_path):
     assert json.loads(r.stdout)["history"]["documents"] == 1
     with sqlite3.connect(db) as c:
         assert c.execute("select path from documents").fetchall() == [("scratch.py",)]
+
+
+def test_proposer_choice_and_draft_model_needs_its_model(repo, tmp_path):
+    """suffix is the default and says so; ngram is chosen by name; draft_model without
+    --draft-model is a one-line usage error naming the option."""
+    db, f = tmp_path / "h.db", repo / "users.py"
+    out = json.loads(assistd("complete", "--file", f, "--max-tokens", 8, "--json", db=db).stdout)
+    assert out["proposer"] == "suffix"
+    out = json.loads(assistd("complete", "--file", f, "--max-tokens", 8, "--proposer", "ngram",
+                             "--json", db=db).stdout)
+    assert out["proposer"] == "ngram"
+    r = assistd("complete", "--file", f, "--proposer", "draft_model", db=db)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--draft-model" in r.stderr
