@@ -175,6 +175,8 @@ def generate(
             ledger.record_plain_step()
 
     ledger.total_ms = (time.perf_counter() - t_start) * 1000
+    if proposer is not None:
+        ledger.proposer_memory_bytes = int(getattr(proposer, "memory_bytes", 0) or 0)
     if text is None:
         text = target.detokenize(out[:-1] if stop_reason == "eos" else out, prev=prompt)
         if stop_reason in ("max_tokens", "n_ctx"):

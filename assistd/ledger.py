@@ -45,6 +45,9 @@ class Ledger:
     draft_ms: float = 0.0
     verify_ms: float = 0.0  # Target forward passes of rounds and plain steps
     total_ms: float = 0.0  # prefill + decode, wall clock
+    # RAM the proposer holds beside the Target (a draft model's weights and KV cache,
+    # a history index's arrays), in bytes; 0 for none.
+    proposer_memory_bytes: int = 0
 
     def record_round(self, num_draft: int, num_accepted: int) -> None:
         """One verification round: ``num_draft`` proposed, leading ``num_accepted`` committed."""
@@ -107,6 +110,7 @@ class Ledger:
             "verify_ms": round(self.verify_ms, 3),
             "total_ms": round(self.total_ms, 3),
             "tokens_per_s": self.tokens_per_s,
+            "proposer_memory_bytes": self.proposer_memory_bytes,
         }
 
     def summary(self) -> str:

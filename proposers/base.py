@@ -55,6 +55,12 @@ class Proposer:
 
     name: ClassVar[str] = ""
 
+    @property
+    def memory_bytes(self) -> int:
+        """RAM held beside the Target (history index arrays, a draft model), in bytes."""
+        history = getattr(self, "history", None)
+        return int(history.nbytes) if history is not None else 0
+
     def propose(self, context: np.ndarray, k: int, *, scope: str | None = None,
                 language: str | None = None) -> Draft | None:
         """Draft up to ``k`` tokens to follow ``context`` (int64 ``[n]`` committed ids).

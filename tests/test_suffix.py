@@ -284,3 +284,11 @@ def test_matches_too_short_to_pay_are_not_read():
     assert p._min_len == {"context": 3, "history": 7}
     assert p.propose(A(list(range(100, 106))), 16, scope="s") is None
     assert p.propose(A(list(range(100, 107))), 16, scope="s").tokens[0] == 107
+
+
+def test_memory_held_beside_the_target_is_reported():
+    """The history index's arrays count as the proposer's memory (6 bytes a token here)."""
+    h = index_of(list(range(100, 200)))
+    h.find("s", A([100, 101]), 2)  # builds the tail segment
+    assert SuffixProposer(h).memory_bytes == h.nbytes >= 6 * 100
+    assert SuffixProposer().memory_bytes == 0
