@@ -13,6 +13,7 @@ from assistd.engine import generate
 from proposers.base import Draft, Proposer
 from proposers.index import HistoryIndex
 from proposers.ngram import NgramProposer
+from proposers.suffix import SuffixProposer
 from storage.indexer import index_repository
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,12 +73,14 @@ def assert_same_up_to_near_tie(name: str, plain, spec) -> None:
 
 @pytest.mark.parametrize("name", sorted(PROMPTS))
 def test_speculative_greedy_equals_plain_up_to_near_ties(target, repo_history, name):
-    """Same tokens as plain greedy, or a first divergence where plain's top-2 gap < NEAR_TIE."""
+    """Same tokens as plain greedy, or a first divergence where plain's top-2 gap < NEAR_TIE,
+    for ngram and for suffix (without the cost model, so that it drafts often)."""
     ids = target.tokenize(PROMPTS[name]())
     plain = generate(target, ids, None, max_tokens=48, trace=True)
-    spec = generate(target, ids, NgramProposer(repo_history), max_tokens=48, k=8)
-    assert_same_up_to_near_tie(name, plain, spec)
-    assert spec.ledger.rounds > 0, "the history should have produced drafts for repo/stdlib text"
+    for prop in (NgramProposer(repo_history), SuffixProposer(repo_history)):
+        spec = generate(target, ids, prop, max_tokens=48, k=8)
+        assert_same_up_to_near_tie(f"{name} {prop.name}", plain, spec)
+        assert spec.ledger.rounds > 0, "the history should have produced drafts for this text"
 
 
 def test_speculation_was_exercised_across_prompts(target, repo_history):
