@@ -10,6 +10,7 @@ past the last point it grows with the last segment's slope.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,15 @@ class CostModel:
     source: str = "brief"
 
     def __post_init__(self):
-        if not self.points or min(self.points) < 1 or any(v <= 0 for v in self.points.values()):
-            raise InputError("a cost model needs positive times for token counts >= 1")
+        xs = sorted(self.points)
+        ys = [self.points[x] for x in xs]
+        if not xs or xs[0] != 1 or any(not math.isfinite(y) or y <= 0 for y in ys):
+            raise InputError(
+                f"cost model {self.source}: needs finite positive times (ms) for token counts"
+                " >= 1, starting with 1 (a plain step)")
+        if any(b < a for a, b in zip(ys, ys[1:])):
+            raise InputError(f"cost model {self.source}: a forward over more tokens cannot"
+                             " take less time; measure again on a quiet machine")
 
     def t_ms(self, n_tokens: int) -> float:
         """Forward time over ``n_tokens`` (>= 1), interpolated, in ms."""
@@ -68,7 +76,9 @@ class CostModel:
         try:
             raw = json.loads(Path(path).read_text())
             pts = raw.get("points", raw) if isinstance(raw, dict) else None
-            points = {int(k): float(v) for k, v in pts.items()}
+            points = {int(k): float(v) for k, v in pts.items() if not isinstance(v, bool)}
+            if len(points) != len(pts):
+                raise ValueError("times must be numbers")
         except FileNotFoundError:
             raise InputError(f"cost model file not found: {path}") from None
         except (ValueError, TypeError, AttributeError) as e:
@@ -76,7 +86,7 @@ class CostModel:
                 f"{path}: not a cost model ({e}); expected JSON like"
                 ' {"points": {"1": 11.0, "8": 43.0}} (ms per forward over n tokens)'
             ) from None
-        return cls(points, source=str(path))
+        return cls(points, source=str(path))  # InputError names the file on bad values
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.as_dict(), indent=2) + "\n")
@@ -104,6 +114,7 @@ class CostModel:
                 target.evaluate(batch, range(n))
                 times.append((time.perf_counter() - t0) * 1000)
                 target.truncate(len(prefix))
-            points[n] = float(np.median(times))
+            # A busy CPU can make a bigger batch look faster; time never shrinks with n.
+            points[n] = max(float(np.median(times)), max(points.values(), default=0.0))
         target.truncate(0)
         return cls(points, source=f"calibrated:{target.backend}")
