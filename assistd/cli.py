@@ -356,8 +356,8 @@ def history_vacuum(db, as_json):
                    " (prompt lookup), draft_model (needs --draft-model); 'none' is plain"
                    " decoding.")
 @click.option("--draft-model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="GGUF of a small model with the Target's tokenizer, for"
-                                 " --proposer draft_model.")
+              default=None, help="GGUF of a small model with the Target's tokenizer to draft"
+                                 " with (implies --proposer draft_model).")
 @click.option("--no-speculation", is_flag=True, help="Plain decoding (same as --proposer none).")
 @click.option("--k", "k", type=click.IntRange(0, 64), default=8, show_default=True,
               help="Draft length ceiling per round, in tokens.")
@@ -416,6 +416,9 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         raise click.BadParameter(str(e)) from None
 
     text, prompt_text, default_repo = read_prompt(file_, line, column)
+    source = click.get_current_context().get_parameter_source("proposer")
+    if draft_model is not None and source is click.core.ParameterSource.DEFAULT:
+        proposer = "draft_model"  # --draft-model alone means: draft with it
     if no_speculation:
         proposer = "none"
     result = complete_at(

@@ -248,7 +248,11 @@ def complete_at(
             if draft_model is None:
                 raise InputError("--proposer draft_model needs --draft-model PATH (a GGUF of a"
                                  " smaller model with the Target's tokenizer)")
-            options["draft"] = open_draft(draft_model, n_ctx=n_ctx)
+            try:
+                options["draft"] = open_draft(draft_model, n_ctx=n_ctx)
+            except ModelError as e:
+                raise ModelError(f"--draft-model {draft_model}: {str(e).split(';')[0]}; pass a"
+                                 " GGUF of a small model with the Target's tokenizer") from None
         try:
             prop = make_proposer(proposer, **options)
         except KeyError as e:

@@ -317,3 +317,12 @@ def test_proposer_choice_and_draft_model_needs_its_model(repo, tmp_path):
     assert out["proposer"] == "ngram"
     r = assistd("complete", "--file", f, "--proposer", "draft_model", db=db)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--draft-model" in r.stderr
+
+
+def test_draft_model_option_implies_the_proposer_and_names_itself_on_a_bad_file(repo, tmp_path):
+    """--draft-model alone drafts with it (seen ignored in a newcomer's run); a file that is
+    not a GGUF is a one-line error naming --draft-model, not --model."""
+    r = assistd("complete", "--file", repo / "users.py", "--draft-model", repo / "README.md",
+                db=tmp_path / "h.db")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: --draft-model ") and "--model PATH" not in r.stderr
