@@ -1,8 +1,11 @@
 """Proposers: guess the next tokens from the context and the history, in the Target's token space.
 
-A proposer is one class with one required method, ``propose(context, k)``, and a
-``name`` class attribute; ``@register`` makes it available by name, so a new
-proposer is one new file. Proposers never touch the Target or its KV cache.
+A proposer is one class with one required method, ``propose(context, k, *, scope,
+language)``, and a ``name`` class attribute; ``@register`` makes it available by
+name, so a new proposer is one new file. Proposers never touch the Target or its KV
+cache. ``suffix`` (the default of ``assistd complete``), ``ngram`` and ``draft_model``
+are ours; ``peer:...`` are other projects' rules, kept for same-run comparisons.
+The history they draft from is :class:`proposers.index.HistoryIndex`.
 """
 
 from proposers.base import Draft, Proposer, available, make_proposer, register
