@@ -192,6 +192,7 @@ class _Scope:
     def __init__(self):
         self.segments: list[Segment] = []
         self.tail: dict[int, tuple[int, str, np.ndarray]] = {}  # doc_id -> (seq, name, tokens)
+        self.tail_count = 0  # tokens in the tail
         self.tail_segment: Segment | None = None
         self.tail_dirty = False
         self.where: dict[int, Segment | None] = {}  # doc_id -> its segment, None = the tail
@@ -201,7 +202,7 @@ class _Scope:
 
     @property
     def tokens(self) -> int:
-        return sum(s.tokens for s in self.segments) + sum(len(t[2]) for t in self.tail.values())
+        return sum(s.tokens for s in self.segments) + self.tail_count
 
     @property
     def nbytes(self) -> int:
@@ -258,9 +259,10 @@ class HistoryIndex:
             self._merge_small(sc)
         else:
             sc.tail[doc_id] = (self._seq, name, tokens)
+            sc.tail_count += len(tokens)
             sc.where[doc_id] = None
             sc.tail_dirty = True
-            if sum(len(t[2]) for t in sc.tail.values()) >= self.tail_tokens:
+            if sc.tail_count >= self.tail_tokens:
                 self._seal(sc)
         self._enforce_budget(keep=scope)
 
@@ -321,9 +323,7 @@ class HistoryIndex:
         if sc is None or depth < 1 or len(context) < min_len:
             return Occurrences.empty(max(depth, 0))
         sc.last_used = time.monotonic()
-        if sc.tail_dirty:
-            self._rebuild_tail(sc)
-        segs = sc.segments + ([sc.tail_segment] if sc.tail_segment is not None else [])
+        segs = self._searchable(sc)
         tail = np.asarray(context[-max_depth:])
         bad = np.flatnonzero((tail < 0) | (tail >= (1 << (8 * self.width)) - 1))
         if len(bad):  # not a token id of this width: match only what follows it
@@ -383,19 +383,22 @@ class HistoryIndex:
         sc = self._scope_for(scope)
         if sc is None or depth < 1 or m < 1 or len(context) < m:
             return Occurrences.empty(max(depth, 0))
-        if sc.tail_dirty:
-            self._rebuild_tail(sc)
         tail = np.asarray(context[-m:])
         if tail.min() < 0 or tail.max() >= (1 << (8 * self.width)) - 1:
             return Occurrences.empty(depth)
         pattern = tail[::-1].astype(f">u{self.width}").tobytes()
-        segs = sc.segments + ([sc.tail_segment] if sc.tail_segment is not None else [])
         hits = []
-        for seg in segs:
+        for seg in self._searchable(sc):
             c, left = seg.count(pattern)
             if c and seg.has_alive(left, c):
                 hits.append((seg, c, left))
         return self._gather(hits, m, depth) if hits else Occurrences.empty(depth)
+
+    def _searchable(self, sc: _Scope) -> list[Segment]:
+        """The scope's segments, the tail rebuilt first if it changed."""
+        if sc.tail_dirty:
+            self._rebuild_tail(sc)
+        return sc.segments + ([sc.tail_segment] if sc.tail_segment is not None else [])
 
     def _gather(self, ranges, m: int, depth: int) -> Occurrences:
         """Rows of continuations for SA ranges ``(segment, count, left)`` of one match."""
@@ -540,7 +543,7 @@ class HistoryIndex:
         sc.version += 1
         seg = sc.where.pop(doc_id)
         if seg is None:
-            del sc.tail[doc_id]
+            sc.tail_count -= len(sc.tail.pop(doc_id)[2])
             sc.tail_dirty = True
             if compact_now:  # forgetting: the old tail arrays must not outlive this call
                 self._rebuild_tail(sc)
@@ -570,6 +573,7 @@ class HistoryIndex:
     def _seal(self, sc: _Scope) -> None:
         docs = [(d, seq, name, toks) for d, (seq, name, toks) in sc.tail.items()]
         sc.tail.clear()
+        sc.tail_count = 0
         sc.tail_segment, sc.tail_dirty = None, False
         self._add_segment(sc, docs)
         self._merge_small(sc)
