@@ -11,7 +11,7 @@ the same code and the same logits processing.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +76,7 @@ def generate(
     trace: bool = False,
     scope: str | None = None,
     language: str | None = None,
+    ceiling: Callable[[], int] | None = None,
 ) -> Generation:
     """Decode up to ``max_tokens`` tokens after ``prompt`` (token ids, non-empty).
 
@@ -90,6 +91,9 @@ def generate(
     ``prompt_tokens_evaluated``). Raises ValueError on an empty prompt or a
     prompt that does not fit the context window. ``scope`` and ``language`` go to the
     proposer (the history scope to draft from, the document's language id).
+    ``ceiling``, when given, is called before every step for that step's draft
+    ceiling (at most ``k``; 0 = a plain step without asking the proposer): the
+    tuner's choice (:meth:`assistd.tuner.Tuner.policy`).
     """
     if not prompt:
         raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
@@ -124,12 +128,15 @@ def generate(
         if room < 0:
             stop_reason = "n_ctx"
             break
-        k_cap = min(k, max_tokens - len(out) - 1, room)
+        k_step = k if ceiling is None else min(k, ceiling())
+        k_cap = min(k_step, max_tokens - len(out) - 1, room)
         draft = d = None
-        if proposer is not None and k_cap >= 1:
+        asked = proposer is not None and k_cap >= 1
+        draft_ms = 0.0
+        if asked:
             t0 = time.perf_counter()
             d = proposer.propose(ctx[:n], k_cap, scope=scope, language=language)
-            ledger.draft_ms += (time.perf_counter() - t0) * 1000
+            draft_ms = (time.perf_counter() - t0) * 1000
             if d is not None:
                 draft = np.asarray(d.tokens[:k_cap], dtype=np.int64)
         num_draft = 0 if draft is None else len(draft)
@@ -145,7 +152,7 @@ def generate(
             j, last = _sample_round(logits, draft, d, ctx, n, sampling, rng)
         # Keep KV for the tokens before the last committed one: roll back the rest.
         target.truncate(n + j)
-        ledger.verify_ms += (time.perf_counter() - t0) * 1000
+        verify_ms = (time.perf_counter() - t0) * 1000
 
         new = ([] if draft is None else draft[:j].tolist()) + [last]
         if not out:
@@ -170,9 +177,10 @@ def generate(
         if num_draft:
             # A stop inside an accepted block: the last committed token plays the
             # role of the round's Target token, so committed = C + R + P holds.
-            ledger.record_round(num_draft, committed - 1)
+            ledger.record_round(num_draft, committed - 1, ceiling=k_cap,
+                                draft_ms=draft_ms, verify_ms=verify_ms)
         else:
-            ledger.record_plain_step()
+            ledger.record_plain_step(proposed=asked, draft_ms=draft_ms, verify_ms=verify_ms)
 
     ledger.total_ms = (time.perf_counter() - t_start) * 1000
     if proposer is not None:

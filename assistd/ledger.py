@@ -10,6 +10,13 @@ tokens accepted, R rounds and P plain steps:
                                              exactly one Target token beyond C)
 
 A ratio whose denominator is zero is ``None``, never an error.
+
+Beyond BRIEF §2 the ledger keeps what the tuner (``assistd.tuner``) needs to predict
+a round under any draft ceiling: how many steps asked the proposer at all
+(``propose_calls``; a step with ceiling 0 does not), how many rounds were cut by
+their ceiling at each length (``ceiling_stops``, the censored ones), and per draft
+length L (0 = plain step) the steps, draft ms and verify ms. Counters are ints in
+one generation and decayed floats once aggregated (:meth:`Ledger.scaled`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ class Ledger:
     # reached_per_position[i]: rounds that proposed a token at position i+1.
     accepted_per_position: list[int] = field(default_factory=list)
     reached_per_position: list[int] = field(default_factory=list)
+    # tried_per_position[i]: rounds that proposed position i+1 with positions 1..i
+    # accepted, so that position i+1 was verified (the denominators of a_i).
+    tried_per_position: list[int] = field(default_factory=list)
     prefill_ms: float = 0.0
     first_token_ms: float = 0.0  # time to first token: prefill + the first decode step
     draft_ms: float = 0.0
@@ -48,11 +58,27 @@ class Ledger:
     # RAM the proposer holds beside the Target (a draft model's weights and KV cache,
     # a history index's arrays), in bytes; 0 for none.
     proposer_memory_bytes: int = 0
+    propose_calls: int = 0  # steps whose ceiling was >= 1, so the proposer was asked
+    # ceiling_stops[i]: rounds whose draft had i+1 tokens and the ceiling was i+1, so
+    # the proposer might have gone on (censored at position i+1).
+    ceiling_stops: list[int] = field(default_factory=list)
+    # Per draft length L (index L; 0 = plain step): steps, and their draft and verify ms.
+    # draft_ms_by_len[0] counts only plain steps that asked the proposer.
+    steps_by_len: list[int] = field(default_factory=list)
+    draft_ms_by_len: list[float] = field(default_factory=list)
+    verify_ms_by_len: list[float] = field(default_factory=list)
 
-    def record_round(self, num_draft: int, num_accepted: int) -> None:
-        """One verification round: ``num_draft`` proposed, leading ``num_accepted`` committed."""
+    def record_round(self, num_draft: int, num_accepted: int, *, ceiling: int | None = None,
+                     draft_ms: float = 0.0, verify_ms: float = 0.0) -> None:
+        """One verification round: ``num_draft`` proposed, leading ``num_accepted`` committed.
+
+        ``ceiling``: the most the proposer was allowed (None: unknown, not censored);
+        ``draft_ms`` / ``verify_ms``: the round's propose() and Target time, added to
+        the totals as well as to the per-length sums.
+        """
         assert 0 <= num_accepted <= num_draft and num_draft >= 1
         self.rounds += 1
+        self.propose_calls += 1
         self.draft_tokens += num_draft
         self.accepted_tokens += num_accepted
         self.committed_tokens += num_accepted + 1
@@ -62,10 +88,87 @@ class Ledger:
             self.reached_per_position[i] += 1
         for i in range(num_accepted):
             self.accepted_per_position[i] += 1
+        _grow(self.tried_per_position, num_draft)
+        for i in range(min(num_accepted + 1, num_draft)):
+            self.tried_per_position[i] += 1
+        if ceiling is not None and num_draft >= ceiling:
+            _grow(self.ceiling_stops, num_draft)
+            self.ceiling_stops[num_draft - 1] += 1
+        self._timed(num_draft, draft_ms, verify_ms)
 
-    def record_plain_step(self) -> None:
+    def record_plain_step(self, *, proposed: bool = False, draft_ms: float = 0.0,
+                          verify_ms: float = 0.0) -> None:
+        """One decode step without a draft. ``proposed``: the proposer was asked and
+        had nothing (counts against coverage); False when the ceiling was 0."""
         self.plain_steps += 1
         self.committed_tokens += 1
+        self.propose_calls += int(proposed)
+        self._timed(0, draft_ms, verify_ms)
+
+    def _timed(self, length: int, draft_ms: float, verify_ms: float) -> None:
+        for xs in (self.steps_by_len, self.draft_ms_by_len, self.verify_ms_by_len):
+            _grow(xs, length + 1)
+        self.steps_by_len[length] += 1
+        self.draft_ms_by_len[length] += draft_ms
+        self.verify_ms_by_len[length] += verify_ms
+        self.draft_ms += draft_ms
+        self.verify_ms += verify_ms
+
+    # -- aggregation (the persisted, decayed ledger of assistd.tuner) ----------
+
+    COUNTERS = ("draft_tokens", "accepted_tokens", "rounds", "plain_steps",
+                "committed_tokens", "propose_calls", "draft_ms", "verify_ms")
+    ARRAYS = ("accepted_per_position", "reached_per_position", "tried_per_position",
+              "ceiling_stops",
+              "steps_by_len", "draft_ms_by_len", "verify_ms_by_len")
+
+    def add(self, other: Ledger, weight: float = 1.0) -> None:
+        """Add ``other``'s decode counters times ``weight`` into this one (prompt,
+        prefill and memory fields are per generation and not aggregated)."""
+        for name in self.COUNTERS:
+            setattr(self, name, getattr(self, name) + weight * getattr(other, name))
+        for name in self.ARRAYS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            _grow(mine, len(theirs))
+            for i, x in enumerate(theirs):
+                mine[i] += weight * x
+
+    def scaled(self, factor: float) -> Ledger:
+        """A copy of the decode counters times ``factor`` (decay)."""
+        out = Ledger()
+        out.add(self, factor)
+        return out
+
+    def counters(self) -> dict:
+        """The raw decode counters, JSON-ready (what the store persists)."""
+        return {name: getattr(self, name) for name in self.COUNTERS + self.ARRAYS}
+
+    @classmethod
+    def from_counters(cls, data: dict) -> Ledger:
+        out = cls()
+        for name in cls.COUNTERS:
+            setattr(out, name, float(data.get(name, 0)))
+        for name in cls.ARRAYS:
+            setattr(out, name, [float(x) for x in data.get(name, [])])
+        return out
+
+    @property
+    def steps(self) -> float:
+        """S = rounds + plain steps (every decode opportunity)."""
+        return self.rounds + self.plain_steps
+
+    def conditional_acceptance(self) -> list[float | None]:
+        """a_i = P(position i accepted | positions < i accepted), for i = 1..: accepted
+        at i over the rounds that verified position i (BRIEF §2)."""
+        return [ratio(a, t) for a, t in zip(self.accepted_per_position, self.tried_per_position)]
+
+    def cumulative_acceptance(self) -> list[float | None]:
+        """A_i = Π_{j<=i} a_j: the chance that positions 1..i are all accepted."""
+        out, cum = [], 1.0
+        for a in self.conditional_acceptance():
+            cum = None if a is None or cum is None else cum * a
+            out.append(cum)
+        return out
 
     @property
     def acceptance_rate(self) -> float | None:

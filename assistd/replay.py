@@ -135,19 +135,19 @@ class ReplayCounts:
 
     ledger: Ledger = field(default_factory=Ledger)
     rounds_by_draft_len: list[int] = field(default_factory=list)
-    tried_per_position: list[int] = field(default_factory=list)
     propose_ms: list[float] = field(default_factory=list)
 
     def record_round(self, num_draft: int, num_accepted: int) -> None:
         self.ledger.record_round(num_draft, num_accepted)
         _grow(self.rounds_by_draft_len, num_draft + 1)
         self.rounds_by_draft_len[num_draft] += 1
-        _grow(self.tried_per_position, num_draft)
-        for i in range(min(num_accepted + 1, num_draft)):
-            self.tried_per_position[i] += 1
 
     def record_plain_step(self) -> None:
         self.ledger.record_plain_step()
+
+    @property
+    def tried_per_position(self) -> list[int]:
+        return self.ledger.tried_per_position
 
 
 def _grow(xs: list[int], n: int) -> None:

@@ -37,6 +37,16 @@ Added by ``m002_transcripts_retention``:
                     utc: an append-only log that in-memory indexes follow to
                     update incrementally (written in the same transaction as the
                     change it records)
+
+Added by ``m003_ledger`` (the tuner's persisted, decayed counters; see
+``storage/ledger_store.py``):
+
+``ledger``          scope, language_id, proposer, target (the Target's cost key:
+                    backend, model file, device, threads), counters (JSON: the raw
+                    decode counters of :class:`assistd.ledger.Ledger`, decayed to
+                    updated_utc), updated_utc; pk (scope, language_id, proposer, target)
+``target_costs``    target, n_tokens (tokens in one forward: draft length + 1), ms_sum,
+                    count (both decayed to updated_utc), updated_utc; pk (target, n_tokens)
 """
 
 import time
@@ -123,6 +133,19 @@ def m002_transcripts_retention(db: sqlite_utils.Database) -> None:
     db.execute(
         "create table if not exists changes (seq integer primary key autoincrement,"
         " document_id integer not null, scope text not null, op text not null, utc float)"
+    )
+
+
+@migration
+def m003_ledger(db: sqlite_utils.Database) -> None:
+    db["ledger"].create(
+        {"scope": str, "language_id": str, "proposer": str, "target": str, "counters": str,
+         "updated_utc": float},
+        pk=("scope", "language_id", "proposer", "target"), if_not_exists=True,
+    )
+    db["target_costs"].create(
+        {"target": str, "n_tokens": int, "ms_sum": float, "count": float, "updated_utc": float},
+        pk=("target", "n_tokens"), if_not_exists=True,
     )
 
 

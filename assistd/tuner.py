@@ -1,0 +1,309 @@
+"""The tuner: per language id, the draft ceiling k that maximises committed tokens per ms.
+
+For a ceiling k in {0, 1, ..., k_max} the expected throughput of a decode step is
+
+    rate(k) = E[committed tokens | k] / E[draft ms + verify ms | k]
+
+which is the issue's ``E[L(k)] / (t_draft(k) + t(k))`` with ``E[L(k)] = 1 + Σ_{i<=k} A_i``,
+taken over the proposer's own draft lengths: a proposer may offer no draft (a plain
+step, coverage < 1) or stop before k. From the ledger (BRIEF §2 counters;
+tried_i = rounds that verified position i):
+
+    a_i = accepted_i / tried_i                         conditional acceptance
+    r_i = reached_i / (reached_{i-1} - ceiling_stops_{i-1})   P(draft goes on to i)
+          (r_1 = rounds that reached 1 / steps that asked the proposer)
+    P(len >= i) = Π_{j<=i} r_j,   A_i = Π_{j<=i} a_j
+    E[committed | k] = 1 + Σ_{i<=k} P(len >= i) A_i
+    E[ms | k] = Σ_{L<=k} P(len = L | k) (draft_ms(L) + t(L + 1))
+
+where t(n) is the Target's measured forward time over n tokens (the online
+:class:`~assistd.costmodel.CostModel`) and draft_ms(L) the measured propose() time of
+a draft of L tokens. k = 0 (a plain step, no proposer call) has rate 1 / t(1): when
+no k beats it, the tuner turns speculation off for that file type. Rounds cut by
+their ceiling are censored, never counted as the proposer stopping (ceiling_stops).
+
+Sparse data is shrunk toward a prior: a language's estimates toward the estimates of
+all languages together (a new file type starts from the global statistics), and
+those toward the previous position's estimate (positions never reached borrow from
+the last one seen). A small share of steps (``explore``) use a longer ceiling than
+the best one, so that a file type whose history grows can earn a longer k back; its
+cost is bounded: at the default 4%, a wasted exploration round at k = 2 on this CPU
+(t(3) ≈ 2 t(1), BRIEF §5) costs at most 4% of plain speed.
+
+The arithmetic is ours; the objective is the one of SpecDec++ / the "optimal
+speculation length" literature (expected accepted tokens per unit of cost), applied
+to a measured, non-flat cost t(n) as BRIEF §5 requires.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from assistd.costmodel import CostModel
+from assistd.ledger import Ledger
+from storage.ledger_store import HALF_LIFE_S, MAX_STEPS
+
+K_MAX = 16
+EXPLORE = 0.04
+PRIOR_WEIGHT = 8.0  # pseudo-rounds a prior counts for
+# Before any data: a first draft token is accepted half the time and offered half
+# the time; later positions borrow from the previous one.
+GENERIC_A1, GENERIC_R1 = 0.5, 0.5
+
+
+def target_key(target) -> str:
+    """The identity of a Target's speed: backend, model file (name and size), device,
+    threads. Two Targets with one key share a cost model and ledger rows."""
+    path = Path(str(target.model_path))
+    try:
+        size = path.stat().st_size if path.is_file() else 0
+    except OSError:
+        size = 0
+    threads = getattr(target, "n_threads", None)
+    return f"{target.backend}:{path.name}:{size}:{target.device}:t{threads}"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The tuner's view of one (language, proposer): arrays indexed by k = 0..k_max
+    (``a`` and ``r`` by position i = 1..k_max at index i-1)."""
+
+    k: int  # the best ceiling
+    expected_tokens: list[float]  # E[committed tokens per step | k]
+    expected_ms: list[float]  # E[ms per step | k]
+    a: list[float]  # smoothed conditional acceptance a_i
+    r: list[float]  # smoothed P(draft reaches i | reached i-1)
+    draft_ms: list[float]  # propose() ms for a draft of L tokens, L = 0..k_max
+    rounds: float  # rounds of data behind it (decayed)
+    steps: float
+
+    @property
+    def rates(self) -> list[float]:
+        """Expected committed tokens per ms for each k."""
+        return [t / ms for t, ms in zip(self.expected_tokens, self.expected_ms)]
+
+    @property
+    def speedups(self) -> list[float]:
+        """Expected speedup over plain decoding for each k (rate(k) / rate(0))."""
+        plain = self.rates[0]
+        return [x / plain for x in self.rates]
+
+    @property
+    def cumulative(self) -> list[float]:
+        """A_i = Π_{j<=i} a_j from the smoothed estimates."""
+        return np.cumprod(self.a).tolist()
+
+    def as_dict(self) -> dict:
+        return {"k": self.k, "expected_speedup": self.speedups[self.k],
+                "speedup_by_k": [round(x, 4) for x in self.speedups],
+                "a": [round(x, 4) for x in self.a], "r": [round(x, 4) for x in self.r],
+                "rounds": self.rounds, "steps": self.steps}
+
+
+def _ratio_smoothed(num: list[float], den: list[float], prior: list[float] | None,
+                    first: float, k_max: int, w: float) -> list[float]:
+    out, prev = [], first
+    for i in range(k_max):
+        p = prior[i] if prior is not None else prev
+        n = num[i] if i < len(num) else 0.0
+        d = max(den[i] if i < len(den) else 0.0, n)
+        x = (n + w * p) / (d + w)
+        out.append(min(1.0, max(0.0, x)))
+        prev = out[-1]
+    return out
+
+
+def estimate(ledger: Ledger, cost: CostModel, *, k_max: int = K_MAX,
+             prior: Estimate | None = None, prior_weight: float = PRIOR_WEIGHT) -> Estimate:
+    """Predict committed tokens and ms per step for every ceiling k = 0..k_max from a
+    ledger (decayed counters), and pick the best k (ties: the smaller). See the module
+    docstring for the formulas. ``prior`` (the global estimate) fills sparse data."""
+    acc, reach = ledger.accepted_per_position, ledger.reached_per_position
+    stops = ledger.ceiling_stops
+    get = lambda xs, i: xs[i] if i < len(xs) else 0.0  # noqa: E731
+    reach_den = [ledger.propose_calls] + [get(reach, i) - get(stops, i) for i in range(k_max - 1)]
+    a = _ratio_smoothed(acc, ledger.tried_per_position, prior.a if prior else None,
+                        GENERIC_A1, k_max, prior_weight)
+    r = _ratio_smoothed(reach, reach_den, prior.r if prior else None, GENERIC_R1, k_max,
+                        prior_weight)
+
+    # propose() ms by draft length: measured means, else the prior's, else the mean
+    # per call; past the longest measured length it grows in proportion (a draft
+    # model's time is per token; a lookup's is tiny anyway).
+    counts = [ledger.propose_calls - ledger.rounds] + list(ledger.steps_by_len[1:])
+    measured = {L: ledger.draft_ms_by_len[L] / c for L, c in enumerate(counts)
+                if c >= 1 and L < len(ledger.draft_ms_by_len)}
+    per_call = ledger.draft_ms / ledger.propose_calls if ledger.propose_calls >= 1 else 0.0
+    draft_ms = []
+    for L in range(k_max + 1):
+        if L in measured:
+            draft_ms.append(measured[L])
+        elif prior is not None:
+            draft_ms.append(prior.draft_ms[L])
+        elif measured and L > max(measured):
+            last = max(measured)
+            draft_ms.append(measured[last] * (L + 1) / (last + 1))
+        else:
+            draft_ms.append(per_call)
+
+    round_ms = cost.table(k_max)
+    p_ge = np.concatenate([[1.0], np.cumprod(r)])  # P(len >= i), i = 0..k_max
+    gain = p_ge[1:] * np.cumprod(a)  # P(len >= i and 1..i accepted)
+    step_ms = np.asarray(draft_ms) + round_ms  # a step whose draft has L tokens
+    tokens, ms = [1.0], [float(round_ms[0])]
+    for k in range(1, k_max + 1):
+        p_len = p_ge[: k + 1].copy()
+        p_len[:k] -= p_ge[1 : k + 1]  # P(len = L | ceiling k)
+        tokens.append(1.0 + float(gain[:k].sum()))
+        ms.append(float(p_len @ step_ms[: k + 1]))
+    rates = [t / m for t, m in zip(tokens, ms)]
+    best = int(np.argmax(rates))  # first maximum: the smaller k on ties
+    return Estimate(k=best, expected_tokens=tokens, expected_ms=ms, a=a, r=r,
+                    draft_ms=draft_ms, rounds=float(ledger.rounds), steps=float(ledger.steps))
+
+
+class Tuner:
+    """Chooses draft ceilings from the ledger and records what they did.
+
+    store:   a :class:`storage.ledger_store.LedgerStore` to load from and persist to,
+             or None (in memory only).
+    target:  the Target's key (:func:`target_key`).
+    cost:    the cost model to start from when the store has no times for this
+             Target (see :meth:`open`, which calibrates); measured times replace it.
+    k_max:   the largest ceiling considered (tokens).
+    explore: share of steps that try a longer ceiling than the best (0 = never).
+    seed:    for the exploration draws.
+    """
+
+    def __init__(self, store, target: str, cost: CostModel, *, k_max: int = K_MAX,
+                 explore: float = EXPLORE, seed: int | None = None):
+        if k_max < 1 or not 0 <= explore < 1:
+            raise ValueError("k_max must be >= 1 and explore in [0, 1)")
+        self.store, self.target, self.k_max, self.explore = store, target, k_max, explore
+        self.rng = random.Random(seed)
+        self._seed_cost = cost
+        self._ledgers: dict[tuple[str, str], Ledger] = {}  # (language, proposer) -> counters
+        self._costs: dict[int, list[float]] = {}  # n_tokens -> [ms_sum, count]
+        self._cache: dict[tuple[str, str], Estimate] = {}
+        self._as_of: dict[tuple[str, str], float] = {}  # when each sum was last decayed
+        if store is not None:
+            for row in store.rows(target=target):
+                self._ledgers.setdefault((row.language_id, row.proposer), Ledger()).add(row.ledger)
+            for n, (mean, count) in store.costs(target).items():
+                self._costs[n] = [mean * count, count]
+        self._cost_model = None
+
+    @classmethod
+    def open(cls, store, target_obj, *, calibrate: bool = True, **kwargs) -> Tuner:
+        """A tuner for a loaded Target. If the store holds no forward times for it yet,
+        calibrate t(n) once (:meth:`CostModel.calibrate`, ~1.6 s for the embedded model
+        on 2 CPU cores) and store the result; ``calibrate=False`` starts from BRIEF §5's
+        CPU figures instead."""
+        key = target_key(target_obj)
+        have = store is not None and 1 in store.costs(key)
+        seed_cost = CostModel.brief()
+        if not have and calibrate:
+            print("assistd: measuring the Target's forward times once (cost model t(n))",
+                  file=sys.stderr)
+            seed_cost = CostModel.calibrate(target_obj)
+            if store is not None:
+                store.add_costs(key, seed_cost.points)
+        tuner = cls(store, key, seed_cost, **kwargs)
+        if not have and calibrate and store is None:
+            for n, ms in seed_cost.points.items():
+                tuner._costs[n] = [ms * 3.0, 3.0]
+        return tuner
+
+    # -- the cost model ------------------------------------------------------
+
+    def cost_model(self) -> CostModel:
+        """t(n) from measured forwards (means, made non-decreasing in n), falling back to
+        the seed model where nothing was measured."""
+        if self._cost_model is None:
+            points = {n: s / c for n, (s, c) in self._costs.items() if c > 0}
+            if 1 not in points:
+                self._cost_model = self._seed_cost
+            else:
+                fixed, top = {}, 0.0
+                for n in sorted(points):
+                    top = max(top, points[n])
+                    fixed[n] = top
+                self._cost_model = CostModel(fixed, source=f"measured:{self.target}")
+        return self._cost_model
+
+    # -- choosing ------------------------------------------------------------
+
+    def estimate(self, proposer: str, language: str | None) -> Estimate:
+        """The estimate for one language (None: all languages) and proposer."""
+        language = language or "plaintext"
+        key = (language, proposer)
+        if key not in self._cache:
+            cost = self.cost_model()
+            total = Ledger()
+            for (lang, prop), led in self._ledgers.items():
+                if prop == proposer:
+                    total.add(led)
+            glob = estimate(total, cost, k_max=self.k_max)
+            self._cache[("*", proposer)] = glob
+            mine = self._ledgers.get(key)
+            self._cache[key] = glob if mine is None else estimate(
+                mine, cost, k_max=self.k_max, prior=glob)
+        return self._cache[key]
+
+    def choose(self, proposer: str, language: str | None) -> int:
+        """The best ceiling for this language and proposer (0 = plain decoding)."""
+        return self.estimate(proposer, language).k
+
+    def policy(self, proposer: str, language: str | None) -> Callable[[], int]:
+        """A per-step ceiling for :func:`assistd.engine.generate` (``ceiling=``): the best
+        k, and with probability ``explore`` a longer one (2k, at least 2, at most k_max)."""
+        best = self.choose(proposer, language)
+        longer = min(self.k_max, max(2, 2 * best))
+        if longer == best or not self.explore:
+            return lambda: best
+        rand, eps = self.rng.random, self.explore
+        return lambda: longer if rand() < eps else best
+
+    # -- recording -----------------------------------------------------------
+
+    def record(self, scope: str | None, language: str | None, proposer: str,
+               ledger: Ledger, now: float | None = None) -> None:
+        """Add one generation's ledger: in memory, and persisted in one transaction."""
+        language = language or "plaintext"
+        now = time.time() if now is None else now
+        key = (language, proposer)
+        # The in-memory sums fade and are capped like the persisted rows.
+        old = self._ledgers.get(key, Ledger())
+        total = old.scaled(_decay(now - self._as_of.get(key, now), self.store))
+        total.add(ledger)
+        cap = self.store.max_steps if self.store is not None else MAX_STEPS
+        self._ledgers[key] = total.scaled(cap / total.steps) if total.steps > cap else total
+        self._as_of[key] = now
+        for L, steps in enumerate(ledger.steps_by_len):
+            if steps:
+                c = self._costs.setdefault(L + 1, [0.0, 0.0])
+                c[0] += ledger.verify_ms_by_len[L]
+                c[1] += steps
+        self._cache.clear()
+        self._cost_model = None
+        if self.store is not None:
+            self.store.add(scope or "", language, proposer, self.target, ledger, now=now)
+
+
+def _decay(age_s: float, store) -> float:
+    half_life = store.half_life_s if store is not None else HALF_LIFE_S
+    return 0.5 ** (max(0.0, age_s) / half_life)
+
+
+def env_seed() -> int | None:
+    """``ASSISTD_TUNER_SEED`` (for reproducible exploration in benchmarks), else None."""
+    v = os.environ.get("ASSISTD_TUNER_SEED")
+    return int(v) if v and v.isdigit() else None

@@ -1,0 +1,134 @@
+"""The persisted acceptance ledger and the Target's measured forward times, decayed.
+
+Each generation's :class:`assistd.ledger.Ledger` is added, in one write transaction,
+to the row of its (scope, language id, proposer, Target); its verify times go to
+the Target's cost table by tokens per forward. A kill at any moment leaves either
+the row before or after the generation, never half of it (SQLite WAL, BEGIN
+IMMEDIATE, as every write of :class:`storage.store.HistoryStore`).
+
+Decay, so that old behaviour fades: counters are stored as of ``updated_utc`` and
+multiplied by ``0.5 ** (age / half_life_s)`` before anything is added or read
+(exponential forgetting in time). A row is also capped at ``max_steps`` decode steps
+(older counts scaled down), so a busy file type still follows a change within a few
+thousand steps. Rates are never stored: they are computed on read (BRIEF §2).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from assistd.ledger import Ledger
+from storage.store import HistoryStore
+
+HALF_LIFE_S = 7 * 24 * 3600.0  # a week
+MAX_STEPS = 20_000.0  # decode steps one ledger row remembers, at most
+MAX_COST_SAMPLES = 2_000.0  # forwards one cost point remembers, at most
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    scope: str
+    language_id: str
+    proposer: str
+    target: str
+    ledger: Ledger  # decayed to the time of the read
+    updated_utc: float
+
+
+class LedgerStore:
+    """Ledger rows and Target costs in a :class:`HistoryStore`'s database.
+
+    half_life_s: time for old counts to weigh half (s); max_steps: cap on the decode
+    steps one row remembers. Raises what the store raises (:class:`HistoryError`).
+    """
+
+    def __init__(self, store: HistoryStore, *, half_life_s: float = HALF_LIFE_S,
+                 max_steps: float = MAX_STEPS):
+        if half_life_s <= 0 or max_steps <= 0:
+            raise ValueError("half_life_s and max_steps must be positive")
+        self.store, self.half_life_s, self.max_steps = store, half_life_s, max_steps
+
+    def decay(self, age_s: float) -> float:
+        return 0.5 ** (max(0.0, age_s) / self.half_life_s)
+
+    # -- writes ------------------------------------------------------------
+
+    def add(self, scope: str, language_id: str, proposer: str, target: str, ledger: Ledger,
+            now: float | None = None) -> None:
+        """Add one generation's decode counters (and its verify times, to the Target's
+        cost table) in one transaction."""
+        now = time.time() if now is None else now
+        key = [scope or "", language_id or "plaintext", proposer, target]
+        with self.store.transaction() as c:
+            row = c.execute(
+                "select counters, updated_utc from ledger where scope = ? and language_id = ?"
+                " and proposer = ? and target = ?", key).fetchone()
+            total = Ledger()
+            if row is not None:
+                total = Ledger.from_counters(json.loads(row[0])).scaled(self.decay(now - row[1]))
+            total.add(ledger)
+            if total.steps > self.max_steps:
+                total = total.scaled(self.max_steps / total.steps)
+            c.execute(
+                "insert or replace into ledger (scope, language_id, proposer, target, counters,"
+                " updated_utc) values (?, ?, ?, ?, ?, ?)",
+                key + [json.dumps(total.counters()), now])
+            for length, steps in enumerate(ledger.steps_by_len):
+                if steps:
+                    self._add_cost(c, target, length + 1, ledger.verify_ms_by_len[length],
+                                   steps, now)
+
+    def add_costs(self, target: str, points: dict[int, float], weight: float = 3.0,
+                  now: float | None = None) -> None:
+        """Seed the cost table with measured ``{n_tokens: ms}`` (a calibration), each
+        counted as ``weight`` forwards, so that online data soon outweighs it."""
+        now = time.time() if now is None else now
+        with self.store.transaction() as c:
+            for n, ms in points.items():
+                self._add_cost(c, target, int(n), ms * weight, weight, now)
+
+    def _add_cost(self, c, target: str, n: int, ms_sum: float, count: float, now: float):
+        row = c.execute("select ms_sum, count, updated_utc from target_costs where target = ?"
+                        " and n_tokens = ?", [target, n]).fetchone()
+        if row is not None:
+            f = self.decay(now - row[2])
+            ms_sum, count = ms_sum + row[0] * f, count + row[1] * f
+        if count > MAX_COST_SAMPLES:
+            ms_sum, count = ms_sum * MAX_COST_SAMPLES / count, MAX_COST_SAMPLES
+        c.execute("insert or replace into target_costs (target, n_tokens, ms_sum, count,"
+                  " updated_utc) values (?, ?, ?, ?, ?)", [target, n, ms_sum, count, now])
+
+    # -- reads -------------------------------------------------------------
+
+    def rows(self, *, target: str | None = None, scope: str | None = None,
+             proposer: str | None = None, now: float | None = None) -> list[LedgerRow]:
+        """Ledger rows matching the given keys, decayed to ``now``."""
+        now = time.time() if now is None else now
+        where, args = [], []
+        for col, val in (("target", target), ("scope", scope), ("proposer", proposer)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        sql = ("select scope, language_id, proposer, target, counters, updated_utc from ledger"
+               + (" where " + " and ".join(where) if where else "")
+               + " order by language_id, proposer, scope")
+        out = []
+        for s, lang, prop, tgt, counters, updated in self.store.db.execute(sql, args).fetchall():
+            led = Ledger.from_counters(json.loads(counters)).scaled(self.decay(now - updated))
+            out.append(LedgerRow(s, lang, prop, tgt, led, updated))
+        return out
+
+    def costs(self, target: str, now: float | None = None) -> dict[int, tuple[float, float]]:
+        """``{n_tokens: (mean ms, decayed forwards)}`` measured for ``target``."""
+        now = time.time() if now is None else now
+        rows = self.store.db.execute(
+            "select n_tokens, ms_sum, count, updated_utc from target_costs where target = ?",
+            [target]).fetchall()
+        return {n: (ms / cnt, cnt * self.decay(now - upd)) for n, ms, cnt, upd in rows if cnt > 0}
+
+    def targets(self) -> list[str]:
+        return [r[0] for r in self.store.db.execute(
+            "select distinct target from target_costs union select distinct target from ledger"
+            " order by 1").fetchall()]
