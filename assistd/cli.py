@@ -30,6 +30,23 @@ class _Group(click.Group):
             ctx.exit(2)
 
 
+class _KChoice(click.ParamType):
+    """--k: 'auto' or a whole number of tokens in 0..64."""
+
+    name = "auto|0-64"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int):
+            return value
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not 'auto' or a number of tokens", param, ctx)
+        if not 0 <= n <= 64:
+            self.fail(f"{n} is not in the range 0<=x<=64 (or 'auto')", param, ctx)
+        return n
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="assistd")
 def cli():
@@ -359,8 +376,13 @@ def history_vacuum(db, as_json):
               default=None, help="GGUF of a small model with the Target's tokenizer to draft"
                                  " with (implies --proposer draft_model).")
 @click.option("--no-speculation", is_flag=True, help="Plain decoding (same as --proposer none).")
-@click.option("--k", "k", type=click.IntRange(0, 64), default=8, show_default=True,
-              help="Draft length ceiling per round, in tokens.")
+@click.option("--k", "k", type=_KChoice(), default="auto", show_default=True,
+              help="Draft length ceiling per round, in tokens (0-64), or 'auto': the tuner"
+                   " picks it per file type from measured acceptance (`assistd stats`).")
+@click.option("--language", default=None, metavar="ID",
+              help="LSP language id of the text (python, markdown, json, ...); the tuner"
+                   " keeps one k per language. [default: from the file name; plaintext for"
+                   " stdin]")
 @click.option("--max-prompt-tokens", type=click.IntRange(1), default=1024, show_default=True,
               help="Keep at most this many tokens before the cursor.")
 @click.option("--temperature", type=click.FloatRange(0), default=0.0, show_default=True,
@@ -391,7 +413,7 @@ def history_vacuum(db, as_json):
 @_db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_speculation, k,
-             max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
+             language, max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
              n_ctx, model, backend, device, dtype, n_gpu_layers, threads, db, as_json):
     """Complete the text before a cursor with the Target, drafting from the history.
 
@@ -406,6 +428,7 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         assistd complete --file app.py --temperature 0.7 --top-p 0.9 --seed 1 --stop $'\\n\\n'
         assistd complete --file app.py --backend torch --device cpu
     """
+    from assistd.languages import language_id
     from assistd.sampling import SamplingParams
     from assistd.session import complete_at, ledger_line, read_prompt
 
@@ -426,6 +449,7 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
         model=model, db=db, stop=stop, guess_outside_git=repo is None,
         sampling=sampling, draft_model=draft_model,
+        language=language or (language_id(file_) if file_ != "-" else "plaintext"),
         target_options={"backend": backend, "device": device, "dtype": dtype,
                         "n_gpu_layers": n_gpu_layers, "n_threads": threads},
     )
@@ -533,6 +557,45 @@ def _print_replay(report: dict) -> None:
                 pos.add_row(name if label == "a_i" else "", label, *cells,
                             *[""] * (depth - len(cells)))
         console.print(pos)
+
+
+@cli.command()
+@click.option("--scope", default=None, metavar="S",
+              help="Only this scope's ledger (a repository root as `assistd history sources`"
+                   " lists it, or a path to one). [default: all scopes]")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE.png",
+              help="Also draw the cumulative acceptance A_i per language and the expected"
+                   " speedup by draft ceiling k (chosen k marked) into a PNG file.")
+@_db_option
+def stats(scope, as_json, plot, db):
+    """What the tuner has learnt, per language id and proposer.
+
+    From the decayed acceptance ledger that every `assistd complete` adds to:
+    coverage (rounds / steps), acceptance rate (accepted / drafted tokens), mean
+    acceptance length (1 + accepted / rounds), per-position acceptance (conditional
+    a_i and cumulative A_i), and the draft ceiling k the tuner picks with its
+    expected speedup over plain decoding on the Target's measured cost model.
+
+    \b
+    Examples:
+        assistd stats
+        assistd stats --scope ~/src/myproj --json
+        assistd stats --plot tuner.png
+    """
+    from assistd.session import open_store
+    from assistd.stats import plot_stats, print_stats, stats_report
+    from storage.ledger_store import LedgerStore
+
+    report = stats_report(LedgerStore(open_store(db)), scope=scope)
+    if plot is not None:
+        plot_stats(report, plot)
+        click.echo(f"wrote {plot}", err=True)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    print_stats(report)
 
 
 def main():

@@ -145,8 +145,10 @@ class Completion:
     history: dict
     index: IndexReport | None
     proposer: str
-    k: int
+    k: int | str  # the ceiling given, or "auto"
     sampling: SamplingParams = GREEDY
+    language: str = "plaintext"
+    tuned: dict | None = None  # with k="auto": the tuner's estimate behind its choice
 
     def as_dict(self) -> dict:
         g = self.generation
@@ -159,6 +161,8 @@ class Completion:
             "sampling": self.sampling.as_dict(),
             "proposer": self.proposer,
             "k": self.k,
+            "language": self.language,
+            "tuner": self.tuned,
             "history": self.history,
             "index": self.index.as_dict() if self.index else None,
             "ledger": g.ledger.as_dict(),
@@ -170,7 +174,7 @@ def complete_at(
     *,
     repo: Path | None,
     proposer: str = "suffix",
-    k: int = 8,
+    k: int | str = "auto",
     max_tokens: int = 64,
     max_prompt_tokens: int = 1024,
     n_ctx: int = 2048,
@@ -183,6 +187,8 @@ def complete_at(
     target_options: dict | None = None,
     guess_outside_git: bool = False,
     draft_model: Path | None = None,
+    language: str = "plaintext",
+    tuner=None,
 ) -> Completion:
     """Complete ``prompt_text`` with speculative decoding, drafting from ``repo``'s history.
 
@@ -195,16 +201,31 @@ def complete_at(
     a directory outside git is drafted from only if ``assistd index`` took it before.
     ``proposer`` is a registered name (``suffix``, ``ngram``, ``draft_model`` with
     ``draft_model`` = the draft's GGUF, or a ``peer:...`` rule) or ``"none"``.
+
+    ``k`` is the draft ceiling (tokens), or ``"auto"``: the tuner picks it per step for
+    ``language`` (an LSP language id) from the persisted ledger. Either way the
+    generation's counters are added to the ledger (one transaction) and its verify
+    times to the Target's cost model. Pass ``tuner`` (an :class:`assistd.tuner.Tuner`)
+    to reuse one; else one is opened on the store (calibrating t(n) once per Target).
     """
     from proposers import make_proposer
     from proposers.index import HistoryIndex
 
+    from assistd.tuner import K_MAX, Tuner, env_seed
+    from storage.ledger_store import LedgerStore
+
     if max_tokens + 1 >= n_ctx:
         raise InputError(f"--max-tokens {max_tokens} does not fit --n-ctx {n_ctx}")
-    use_history = proposer != "none" and k > 0 and repo is not None
-    if use_history:
+    auto = k == "auto"
+    if not auto and (not isinstance(k, int) or k < 0):
+        raise InputError(f"k must be 'auto' or a number of tokens >= 0, not {k!r}")
+    speculate = proposer != "none" and (auto or k > 0)
+    use_history = speculate and repo is not None
+    if tuner is None or use_history:
         store = store or open_store(db)  # before the model: a bad --db fails fast
     target = target or open_target(model, n_ctx=n_ctx, **(target_options or {}))
+    if tuner is None:
+        tuner = Tuner.open(LedgerStore(store), target, seed=env_seed())
     report = None
     history = {"scope": None, "documents": 0, "tokens": 0}
     hist_index = None
@@ -234,14 +255,14 @@ def complete_at(
     if not ids:
         raise InputError("empty prompt and the model has no BOS token to start from")
     prop = None
-    if proposer != "none" and k > 0:
+    if speculate:
         # alpha=0.5: a match of m tokens drafts at most ceil(m/2). On llama.cpp on a CPU
         # verifying k tokens costs ~k/2 plain steps, so long drafts on weak matches lose
         # time (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain).
         # On torch uncapped k=16 won on one prompt and lost on three
         # (benchmarks/torch_lookup.py), so one default for now; the tuner will pick k
         # from each backend's measured cost t(k).
-        options = proposer_options(proposer, hist_index, default_cost_model(target), target)
+        options = proposer_options(proposer, hist_index, tuner.cost_model(), target)
         if proposer == "draft_model":
             from proposers.draft_model import open_draft
 
@@ -257,11 +278,17 @@ def complete_at(
             prop = make_proposer(proposer, **options)
         except KeyError as e:
             raise InputError(str(e).strip('"')) from None
-    gen = generate(target, ids, prop, max_tokens=max_tokens, k=k, sampling=sampling, stop=stop,
-                   scope=report.scope if report else None)
+    name = proposer if prop else "none"
+    ceiling = tuner.policy(name, language) if auto and prop else None
+    scope = report.scope if report else None
+    gen = generate(target, ids, prop, max_tokens=max_tokens,
+                   k=(K_MAX if auto else k) if prop else 0, sampling=sampling, stop=stop,
+                   scope=scope, language=language, ceiling=ceiling)
+    tuned = tuner.estimate(name, language).as_dict() if auto and prop else None
+    tuner.record(scope, language, name, gen.ledger)
     return Completion(generation=gen, target=target, history=history, index=report,
-                      proposer=proposer if prop else "none", k=k if prop else 0,
-                      sampling=sampling)
+                      proposer=name, k=k if prop else 0, sampling=sampling,
+                      language=language, tuned=tuned)
 
 
 def proposer_options(name: str, history, cost, target: Target | None = None) -> dict:
@@ -280,15 +307,6 @@ def proposer_options(name: str, history, cost, target: Target | None = None) -> 
     if name == "ngram":
         options["alpha"] = 0.5
     return options
-
-
-def default_cost_model(target: Target):
-    """The BRIEF §5 cost model on a CPU, where verifying k tokens costs far more than
-    one; None on a GPU, where t(n) is nearly flat (drafts are then cut only by
-    min_token_prob). The tuner issue measures t(n) online instead."""
-    from assistd.costmodel import CostModel
-
-    return CostModel.brief() if str(target.device).startswith("cpu") else None
 
 
 def ledger_line(c: Completion) -> str:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,14 +48,15 @@ import numpy as np
 
 from assistd.costmodel import CostModel
 from assistd.ledger import Ledger
-from storage.ledger_store import HALF_LIFE_S, MAX_STEPS
+from storage.ledger_store import HALF_LIFE_S, MAX_COST_SAMPLES, MAX_STEPS
 
 K_MAX = 16
 EXPLORE = 0.04
+OUTLIER = 3.0  # a generation's forward times above 3x the model are clipped there
 PRIOR_WEIGHT = 8.0  # pseudo-rounds a prior counts for
-# Before any data: a first draft token is accepted half the time and offered half
-# the time; later positions borrow from the previous one.
-GENERIC_A1, GENERIC_R1 = 0.5, 0.5
+# Before any data, optimism: a new proposer or file type is tried with a long ceiling
+# (the proposer still cuts its own drafts) until measurements say otherwise.
+GENERIC_A1, GENERIC_R1 = 0.9, 0.9
 
 
 def target_key(target) -> str:
@@ -181,10 +181,11 @@ class Tuner:
     k_max:   the largest ceiling considered (tokens).
     explore: share of steps that try a longer ceiling than the best (0 = never).
     seed:    for the exploration draws.
+    now:     the time (s since epoch) to decay the stored counters to [default: now].
     """
 
     def __init__(self, store, target: str, cost: CostModel, *, k_max: int = K_MAX,
-                 explore: float = EXPLORE, seed: int | None = None):
+                 explore: float = EXPLORE, seed: int | None = None, now: float | None = None):
         if k_max < 1 or not 0 <= explore < 1:
             raise ValueError("k_max must be >= 1 and explore in [0, 1)")
         self.store, self.target, self.k_max, self.explore = store, target, k_max, explore
@@ -195,9 +196,12 @@ class Tuner:
         self._cache: dict[tuple[str, str], Estimate] = {}
         self._as_of: dict[tuple[str, str], float] = {}  # when each sum was last decayed
         if store is not None:
-            for row in store.rows(target=target):
-                self._ledgers.setdefault((row.language_id, row.proposer), Ledger()).add(row.ledger)
-            for n, (mean, count) in store.costs(target).items():
+            loaded_at = time.time() if now is None else now
+            for row in store.rows(target=target, now=loaded_at):
+                key = (row.language_id, row.proposer)
+                self._ledgers.setdefault(key, Ledger()).add(row.ledger)
+                self._as_of[key] = loaded_at
+            for n, (mean, count) in store.costs(target, now=loaded_at).items():
                 self._costs[n] = [mean * count, count]
         self._cost_model = None
 
@@ -211,8 +215,6 @@ class Tuner:
         have = store is not None and 1 in store.costs(key)
         seed_cost = CostModel.brief()
         if not have and calibrate:
-            print("assistd: measuring the Target's forward times once (cost model t(n))",
-                  file=sys.stderr)
             seed_cost = CostModel.calibrate(target_obj)
             if store is not None:
                 store.add_costs(key, seed_cost.points)
@@ -228,7 +230,8 @@ class Tuner:
         """t(n) from measured forwards (means, made non-decreasing in n), falling back to
         the seed model where nothing was measured."""
         if self._cost_model is None:
-            points = {n: s / c for n, (s, c) in self._costs.items() if c > 0}
+            # A forward measured at 0 ms (a clock too coarse) is no measurement.
+            points = {n: s / c for n, (s, c) in self._costs.items() if c > 0 and s > 0}
             if 1 not in points:
                 self._cost_model = self._seed_cost
             else:
@@ -241,21 +244,26 @@ class Tuner:
 
     # -- choosing ------------------------------------------------------------
 
-    def estimate(self, proposer: str, language: str | None) -> Estimate:
-        """The estimate for one language (None: all languages) and proposer."""
-        language = language or "plaintext"
-        key = (language, proposer)
+    def global_estimate(self, proposer: str) -> Estimate:
+        """The estimate from every language of ``proposer`` together (a new file type's prior)."""
+        key = ("*", proposer)
         if key not in self._cache:
-            cost = self.cost_model()
             total = Ledger()
-            for (lang, prop), led in self._ledgers.items():
+            for (_, prop), led in self._ledgers.items():
                 if prop == proposer:
                     total.add(led)
-            glob = estimate(total, cost, k_max=self.k_max)
-            self._cache[("*", proposer)] = glob
+            self._cache[key] = estimate(total, self.cost_model(), k_max=self.k_max)
+        return self._cache[key]
+
+    def estimate(self, proposer: str, language: str | None) -> Estimate:
+        """The estimate for one language id (None: "plaintext") and proposer, its sparse
+        data filled from :meth:`global_estimate`."""
+        key = (language or "plaintext", proposer)
+        if key not in self._cache:
+            glob = self.global_estimate(proposer)
             mine = self._ledgers.get(key)
             self._cache[key] = glob if mine is None else estimate(
-                mine, cost, k_max=self.k_max, prior=glob)
+                mine, self.cost_model(), k_max=self.k_max, prior=glob)
         return self._cache[key]
 
     def choose(self, proposer: str, language: str | None) -> int:
@@ -287,15 +295,33 @@ class Tuner:
         cap = self.store.max_steps if self.store is not None else MAX_STEPS
         self._ledgers[key] = total.scaled(cap / total.steps) if total.steps > cap else total
         self._as_of[key] = now
-        for L, steps in enumerate(ledger.steps_by_len):
-            if steps:
-                c = self._costs.setdefault(L + 1, [0.0, 0.0])
-                c[0] += ledger.verify_ms_by_len[L]
-                c[1] += steps
+        costs = self._forward_times(ledger)
+        for n, (ms_sum, steps) in costs.items():
+            c = self._costs.setdefault(n, [0.0, 0.0])
+            c[0] += ms_sum
+            c[1] += steps
+            if c[1] > MAX_COST_SAMPLES:  # as the store: recent forwards weigh most
+                c[0], c[1] = c[0] * MAX_COST_SAMPLES / c[1], MAX_COST_SAMPLES
         self._cache.clear()
         self._cost_model = None
         if self.store is not None:
-            self.store.add(scope or "", language, proposer, self.target, ledger, now=now)
+            self.store.add(scope or "", language, proposer, self.target, ledger, now=now,
+                           costs=costs)
+
+    def _forward_times(self, ledger: Ledger) -> dict[int, tuple[float, float]]:
+        """``{n_tokens: (ms sum, forwards)}`` of a generation, each mean clipped to
+        ``OUTLIER`` times the current t(n): one generation on a machine that was busy
+        for a moment (another process holding the cores; measured here: a forward of
+        11 ms taking seconds) must not teach the tuner that drafting never pays."""
+        model = self.cost_model() if 1 in self._costs else None
+        out = {}
+        for L, steps in enumerate(ledger.steps_by_len):
+            if steps:
+                ms = ledger.verify_ms_by_len[L]
+                if model is not None:
+                    ms = min(ms, OUTLIER * model.t_ms(L + 1) * steps)
+                out[L + 1] = (ms, steps)
+        return out
 
 
 def _decay(age_s: float, store) -> float:

@@ -56,9 +56,11 @@ class LedgerStore:
     # -- writes ------------------------------------------------------------
 
     def add(self, scope: str, language_id: str, proposer: str, target: str, ledger: Ledger,
-            now: float | None = None) -> None:
-        """Add one generation's decode counters (and its verify times, to the Target's
-        cost table) in one transaction."""
+            now: float | None = None, costs: dict[int, tuple[float, float]] | None = None,
+            ) -> None:
+        """Add one generation's decode counters and its forward times (``costs``:
+        ``{n_tokens: (ms sum, forwards)}``, default: the ledger's verify times by draft
+        length) to the Target's cost table, in one transaction."""
         now = time.time() if now is None else now
         key = [scope or "", language_id or "plaintext", proposer, target]
         with self.store.transaction() as c:
@@ -75,10 +77,11 @@ class LedgerStore:
                 "insert or replace into ledger (scope, language_id, proposer, target, counters,"
                 " updated_utc) values (?, ?, ?, ?, ?, ?)",
                 key + [json.dumps(total.counters()), now])
-            for length, steps in enumerate(ledger.steps_by_len):
-                if steps:
-                    self._add_cost(c, target, length + 1, ledger.verify_ms_by_len[length],
-                                   steps, now)
+            if costs is None:
+                costs = {L + 1: (ledger.verify_ms_by_len[L], steps)
+                         for L, steps in enumerate(ledger.steps_by_len) if steps}
+            for n, (ms_sum, count) in costs.items():
+                self._add_cost(c, target, n, ms_sum, count, now)
 
     def add_costs(self, target: str, points: dict[int, float], weight: float = 3.0,
                   now: float | None = None) -> None:
