@@ -16,6 +16,7 @@ thousand steps. Rates are never stored: they are computed on read (BRIEF §2).
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 
@@ -68,8 +69,9 @@ class LedgerStore:
                 "select counters, updated_utc from ledger where scope = ? and language_id = ?"
                 " and proposer = ? and target = ?", key).fetchone()
             total = Ledger()
-            if row is not None:
-                total = Ledger.from_counters(json.loads(row[0])).scaled(self.decay(now - row[1]))
+            old = _parse(row[0]) if row is not None else None
+            if old is not None:  # a damaged row is replaced, not fatal
+                total = old.scaled(self.decay(now - row[1]))
             total.add(ledger)
             if total.steps > self.max_steps:
                 total = total.scaled(self.max_steps / total.steps)
@@ -95,7 +97,7 @@ class LedgerStore:
     def _add_cost(self, c, target: str, n: int, ms_sum: float, count: float, now: float):
         row = c.execute("select ms_sum, count, updated_utc from target_costs where target = ?"
                         " and n_tokens = ?", [target, n]).fetchone()
-        if row is not None:
+        if row is not None and all(isinstance(x, (int, float)) for x in row):
             f = self.decay(now - row[2])
             ms_sum, count = ms_sum + row[0] * f, count + row[1] * f
         if count > MAX_COST_SAMPLES:
@@ -119,8 +121,11 @@ class LedgerStore:
                + " order by language_id, proposer, scope")
         out = []
         for s, lang, prop, tgt, counters, updated in self.store.db.execute(sql, args).fetchall():
-            led = Ledger.from_counters(json.loads(counters)).scaled(self.decay(now - updated))
-            out.append(LedgerRow(s, lang, prop, tgt, led, updated))
+            led = _parse(counters)
+            if led is None:
+                continue  # damaged (edited by hand, another program): skipped, not fatal
+            out.append(LedgerRow(s, lang, prop, tgt, led.scaled(self.decay(now - updated)),
+                                 updated))
         return out
 
     def costs(self, target: str, now: float | None = None) -> dict[int, tuple[float, float]]:
@@ -129,9 +134,22 @@ class LedgerStore:
         rows = self.store.db.execute(
             "select n_tokens, ms_sum, count, updated_utc from target_costs where target = ?",
             [target]).fetchall()
-        return {n: (ms / cnt, cnt * self.decay(now - upd)) for n, ms, cnt, upd in rows if cnt > 0}
+        return {n: (ms / cnt, cnt * self.decay(now - upd)) for n, ms, cnt, upd in rows
+                if isinstance(ms, (int, float)) and isinstance(cnt, (int, float)) and cnt > 0
+                and ms > 0 and math.isfinite(ms / cnt)}
 
     def targets(self) -> list[str]:
         return [r[0] for r in self.store.db.execute(
             "select distinct target from target_costs union select distinct target from ledger"
             " order by 1").fetchall()]
+
+
+def _parse(counters) -> Ledger | None:
+    """A stored row's counters, or None when they are not the JSON this module wrote."""
+    try:
+        data = json.loads(counters)
+        led = Ledger.from_counters(data)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    ok = all(math.isfinite(getattr(led, n)) and getattr(led, n) >= 0 for n in Ledger.COUNTERS)
+    return led if ok else None

@@ -405,3 +405,17 @@ def test_complete_k_auto_records_the_ledger_and_reports_the_choice(repo, tmp_pat
     assert r.returncode == 2 and "'banana' is not 'auto' or a number" in r.stderr
     r = assistd("complete", "--file", f, "--k", "65", db=db)
     assert r.returncode == 2 and "65 is not in the range" in r.stderr
+
+
+def test_damaged_ledger_row_is_skipped_then_replaced(tmp_path):
+    ls = LedgerStore(HistoryStore(tmp_path / "h.db"))
+    ls.add("s", "python", "suffix", "T", _generation(10, 0), now=0.0)
+    ls.add("s", "json", "suffix", "T", _generation(10, 0), now=0.0)
+    with ls.store.transaction() as c:
+        c.execute("update ledger set counters = '{not json' where language_id = 'python'")
+        c.execute("update target_costs set ms_sum = 'x' where n_tokens = 5")
+    assert [r.language_id for r in ls.rows(now=0.0)] == ["json"]
+    assert 5 not in ls.costs("T", now=0.0)
+    Tuner(ls, "T", COST, now=0.0).choose("suffix", "python")  # opens, no crash
+    ls.add("s", "python", "suffix", "T", _generation(3, 0), now=0.0)
+    assert ls.rows(scope="s", now=0.0)[1].ledger.rounds == 3
