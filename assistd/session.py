@@ -256,12 +256,8 @@ def complete_at(
         raise InputError("empty prompt and the model has no BOS token to start from")
     prop = None
     if speculate:
-        # alpha=0.5: a match of m tokens drafts at most ceil(m/2). On llama.cpp on a CPU
-        # verifying k tokens costs ~k/2 plain steps, so long drafts on weak matches lose
-        # time (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain).
-        # On torch uncapped k=16 won on one prompt and lost on three
-        # (benchmarks/torch_lookup.py), so one default for now; the tuner will pick k
-        # from each backend's measured cost t(k).
+        # The proposer cuts its drafts with the Target's measured t(n); the tuner's
+        # ceiling (k="auto") caps them per language from measured acceptance.
         options = proposer_options(proposer, hist_index, tuner.cost_model(), target)
         if proposer == "draft_model":
             from proposers.draft_model import open_draft
@@ -300,8 +296,8 @@ def proposer_options(name: str, history, cost, target: Target | None = None) -> 
     proposer (each takes what its constructor names). ngram also gets alpha=0.5: a
     match of m tokens drafts at most ceil(m/2), because on llama.cpp on a CPU verifying
     k tokens costs ~k/2 plain steps and long drafts on weak matches lose time
-    (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain). The
-    tuner issue replaces both with per-language choices from measured acceptance.
+    (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain). With
+    ``k="auto"`` the tuner then caps every draft per language (``assistd.tuner``).
     """
     options = {"history": history, "target": target, "cost": cost}
     if name == "ngram":

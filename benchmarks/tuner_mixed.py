@@ -563,6 +563,7 @@ def print_report(console: Console, summary: dict, rounds_goal: int) -> None:
 
 
 def main():
+    global PROPOSER
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="measured prompts per type")
     ap.add_argument("--max-tokens", type=int, default=56, help="new tokens per completion")
@@ -584,8 +585,12 @@ def main():
                     " warm-up, or the calibration alone")
     ap.add_argument("--threads", type=int, default=None,
                     help="Target threads [default: all usable cores]")
+    ap.add_argument("--proposer", default=PROPOSER, choices=("suffix", "ngram"),
+                    help="the proposer every config drafts with (ngram has no cost cut of"
+                         " its own, so its ceiling matters more)")
     ap.add_argument("--json", type=Path, help="also write the results to this file")
     args = ap.parse_args()
+    PROPOSER = args.proposer
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     if bad := [t for t in types if t not in TYPES]:
         ap.error(f"unknown type(s) {', '.join(bad)}; known: {', '.join(TYPES)}")

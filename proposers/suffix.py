@@ -62,7 +62,8 @@ def best_length(probs, round_ms) -> int:
 # context's most frequent continuation was accepted 40% of the time (c = 1.5), the
 # history's 20% (c = 4); after 16 tokens, 90% and 94%. Tuning c over 0.5..5 on the
 # same replay moved the modeled speedup (physical cost) between 1.07 and 1.13; 1.5 / 4
-# is in the flat top. The tuner issue replaces this constant with measured acceptance.
+# is in the flat top. The tuner (assistd/tuner.py) caps drafts per language from measured
+# acceptance on top of it; learning c itself per language is not done yet.
 MATCH_PRIOR = {"context": 1.5, "history": 4.0}
 
 
