@@ -220,9 +220,18 @@ class Tuner:
                 store.add_costs(key, seed_cost.points)
         tuner = cls(store, key, seed_cost, **kwargs)
         if not have and calibrate and store is None:
-            for n, ms in seed_cost.points.items():
-                tuner._costs[n] = [ms * 3.0, 3.0]
+            tuner.seed_costs(seed_cost)
         return tuner
+
+    def seed_costs(self, cost: CostModel, weight: float = 3.0) -> None:
+        """Count ``cost``'s points as ``weight`` measured forwards each (in memory only:
+        :meth:`open` stores a calibration through the store instead)."""
+        for n, ms in cost.points.items():
+            c = self._costs.setdefault(int(n), [0.0, 0.0])
+            c[0] += ms * weight
+            c[1] += weight
+        self._cost_model = None
+        self._cache.clear()
 
     # -- the cost model ------------------------------------------------------
 

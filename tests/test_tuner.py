@@ -419,3 +419,14 @@ def test_damaged_ledger_row_is_skipped_then_replaced(tmp_path):
     Tuner(ls, "T", COST, now=0.0).choose("suffix", "python")  # opens, no crash
     ls.add("s", "python", "suffix", "T", _generation(3, 0), now=0.0)
     assert ls.rows(scope="s", now=0.0)[1].ledger.rounds == 3
+
+
+def test_seeded_costs_are_outweighed_by_measurements():
+    tuner = Tuner(None, "T", CostModel.brief())
+    tuner.seed_costs(CostModel({1: 20.0, 8: 80.0}, source="calibrated"))
+    assert tuner.cost_model().t_ms(1) == 20.0
+    led = Ledger()
+    for _ in range(27):
+        led.record_plain_step(verify_ms=10.0)
+    tuner.record("s", "python", "x", led)
+    assert tuner.cost_model().t_ms(1) == pytest.approx((3 * 20.0 + 27 * 10.0) / 30)
