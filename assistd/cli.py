@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sqlite3
 import sys
@@ -38,10 +39,9 @@ class _KChoice(click.ParamType):
     def convert(self, value, param, ctx):
         if value == "auto" or isinstance(value, int):
             return value
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
+        if not (isinstance(value, str) and value.isascii() and value.isdigit()):
             self.fail(f"{value!r} is not 'auto' or a number of tokens", param, ctx)
+        n = int(value)
         if not 0 <= n <= 64:
             self.fail(f"{n} is not in the range 0<=x<=64 (or 'auto')", param, ctx)
         return n
@@ -328,13 +328,14 @@ def history_forget(source, db, as_json):
     from storage.retention import forget
 
     out = forget(_history_store(db), source)
-    if out["documents"] == 0:
+    if out["documents"] == 0 and not out["ledger_rows"]:
         raise InputError(f"nothing in the history matches {source!r};"
                          " see `assistd history sources`")
     if as_json:
         click.echo(json.dumps(out))
     else:
-        click.echo(f"forgot {out['documents']} documents from {source}")
+        click.echo(f"forgot {out['documents']} documents from {source}"
+                   + (f" and {out['ledger_rows']} tuner ledger rows" if out["ledger_rows"] else ""))
 
 
 @history.command("vacuum")
@@ -438,6 +439,10 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
+    if language is not None and not re.fullmatch(r"[A-Za-z0-9_.+#-]{1,64}", language):
+        raise click.BadParameter(
+            f"{language!r} is not a language id; use an LSP id such as python, markdown,"
+            " json (letters, digits and _ . + # -, at most 64)", param_hint="'--language'")
     text, prompt_text, default_repo = read_prompt(file_, line, column)
     source = click.get_current_context().get_parameter_source("proposer")
     if draft_model is not None and source is click.core.ParameterSource.DEFAULT:

@@ -225,7 +225,10 @@ def complete_at(
         store = store or open_store(db)  # before the model: a bad --db fails fast
     target = target or open_target(model, n_ctx=n_ctx, **(target_options or {}))
     if tuner is None:
-        tuner = Tuner.open(LedgerStore(store), target, seed=env_seed())
+        # Exploration draws follow --seed too (a seeded sample is still only repeatable
+        # for a fixed k: the ceiling the tuner picks changes as the ledger grows).
+        seed = sampling.seed if sampling.seed is not None else env_seed()
+        tuner = Tuner.open(LedgerStore(store), target, seed=seed)
     report = None
     history = {"scope": None, "documents": 0, "tokens": 0}
     hist_index = None
@@ -277,6 +280,11 @@ def complete_at(
     name = proposer if prop else "none"
     ceiling = tuner.policy(name, language) if auto and prop else None
     scope = report.scope if report else None
+    if scope is None and repo is not None and store is not None:
+        # Plain decoding indexes nothing, but its steps belong to the repository's row.
+        root = find_repository_root(repo)
+        if is_repository(root) or store.has_scope(str(root)):
+            scope = str(root)
     gen = generate(target, ids, prop, max_tokens=max_tokens,
                    k=(K_MAX if auto else k) if prop else 0, sampling=sampling, stop=stop,
                    scope=scope, language=language, ceiling=ceiling)

@@ -128,7 +128,7 @@ def _label(entry: dict, report: dict) -> str:
 
 def _short_target(key: str) -> str:
     parts = key.split(":")  # backend:model file:size:device:threads (tuner.target_key)
-    return parts[1] if len(parts) > 1 else key
+    return " ".join([parts[1]] + parts[3:]) if len(parts) > 3 else key
 
 
 def print_stats(report: dict, console=None) -> None:
@@ -248,6 +248,9 @@ def plot_stats(report: dict, path: str | Path):
             ax.legend(fontsize="small")
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    if not Path(path).suffix or not Path(path).stem:
+        raise InputError(f"--plot {str(path)!r}: give a file name with an extension, e.g."
+                         " tuner.png")
     try:
         fig.savefig(path, dpi=100)
     except ValueError as e:  # an extension matplotlib cannot write

@@ -52,6 +52,7 @@ from storage.ledger_store import HALF_LIFE_S, MAX_COST_SAMPLES, MAX_STEPS
 
 K_MAX = 16
 EXPLORE = 0.04
+COST_PRIOR = 5.0  # forwards that make a t(n) point trusted on its own
 OUTLIER = 3.0  # a generation's forward times above 3x the model are clipped there
 PRIOR_WEIGHT = 8.0  # pseudo-rounds a prior counts for
 # Before any data, optimism: a new proposer or file type is tried with a long ceiling
@@ -236,19 +237,23 @@ class Tuner:
     # -- the cost model ------------------------------------------------------
 
     def cost_model(self) -> CostModel:
-        """t(n) from measured forwards (means, made non-decreasing in n), falling back to
-        the seed model where nothing was measured."""
+        """t(n) from measured forwards, falling back to the seed model where nothing was
+        measured. A point with few forwards is shrunk toward the line through the
+        well-measured points (``COST_PRIOR`` pseudo-forwards): one slow exploration round
+        at n = 6 must not make every ceiling past 5 look bad. Made non-decreasing in n."""
         if self._cost_model is None:
             # A forward measured at 0 ms (a clock too coarse) is no measurement.
-            points = {n: s / c for n, (s, c) in self._costs.items() if c > 0 and s > 0}
-            if 1 not in points:
+            data = {n: (s / c, c) for n, (s, c) in self._costs.items() if c > 0 and s > 0}
+            if 1 not in data:
                 self._cost_model = self._seed_cost
             else:
-                fixed, top = {}, 0.0
-                for n in sorted(points):
-                    top = max(top, points[n])
-                    fixed[n] = top
-                self._cost_model = CostModel(fixed, source=f"measured:{self.target}")
+                solid = {n: m for n, (m, c) in data.items() if c >= COST_PRIOR}
+                if 1 not in solid:  # nothing is solid yet: the raw means, as they are
+                    solid = {n: m for n, (m, _) in data.items()}
+                base = CostModel(_monotone(solid))
+                points = {n: (m * c + COST_PRIOR * base.t_ms(n)) / (c + COST_PRIOR)
+                          for n, (m, c) in data.items()}
+                self._cost_model = CostModel(_monotone(points), source=f"measured:{self.target}")
         return self._cost_model
 
     # -- choosing ------------------------------------------------------------
@@ -331,6 +336,15 @@ class Tuner:
                     ms = min(ms, OUTLIER * model.t_ms(L + 1) * steps)
                 out[L + 1] = (ms, steps)
         return out
+
+
+def _monotone(points: dict[int, float]) -> dict[int, float]:
+    """The running maximum over n: a forward over more tokens never takes less time."""
+    out, top = {}, 0.0
+    for n in sorted(points):
+        top = max(top, points[n])
+        out[n] = top
+    return out
 
 
 def _decay(age_s: float, store) -> float:

@@ -69,7 +69,7 @@ class LedgerStore:
                 "select counters, updated_utc from ledger where scope = ? and language_id = ?"
                 " and proposer = ? and target = ?", key).fetchone()
             total = Ledger()
-            old = _parse(row[0]) if row is not None else None
+            old = _parse(row[0]) if row is not None and _number(row[1]) else None
             if old is not None:  # a damaged row is replaced, not fatal
                 total = old.scaled(self.decay(now - row[1]))
             total.add(ledger)
@@ -97,7 +97,7 @@ class LedgerStore:
     def _add_cost(self, c, target: str, n: int, ms_sum: float, count: float, now: float):
         row = c.execute("select ms_sum, count, updated_utc from target_costs where target = ?"
                         " and n_tokens = ?", [target, n]).fetchone()
-        if row is not None and all(isinstance(x, (int, float)) for x in row):
+        if row is not None and all(_number(x) for x in row):
             f = self.decay(now - row[2])
             ms_sum, count = ms_sum + row[0] * f, count + row[1] * f
         if count > MAX_COST_SAMPLES:
@@ -122,7 +122,8 @@ class LedgerStore:
         out = []
         for s, lang, prop, tgt, counters, updated in self.store.db.execute(sql, args).fetchall():
             led = _parse(counters)
-            if led is None:
+            if led is None or not _number(updated) or not all(
+                    isinstance(x, str) for x in (s, lang, prop, tgt)):
                 continue  # damaged (edited by hand, another program): skipped, not fatal
             out.append(LedgerRow(s, lang, prop, tgt, led.scaled(self.decay(now - updated)),
                                  updated))
@@ -135,8 +136,13 @@ class LedgerStore:
             "select n_tokens, ms_sum, count, updated_utc from target_costs where target = ?",
             [target]).fetchall()
         return {n: (ms / cnt, cnt * self.decay(now - upd)) for n, ms, cnt, upd in rows
-                if isinstance(ms, (int, float)) and isinstance(cnt, (int, float)) and cnt > 0
-                and ms > 0 and math.isfinite(ms / cnt)}
+                if isinstance(n, int) and n >= 1 and _number(ms) and _number(cnt) and _number(upd)
+                and cnt > 0 and ms > 0 and math.isfinite(ms / cnt)}
+
+    def forget_scope(self, scope: str) -> int:
+        """Delete the ledger rows of ``scope`` (``history forget``); returns how many."""
+        with self.store.transaction() as c:
+            return c.execute("delete from ledger where scope = ?", [scope]).rowcount
 
     def targets(self) -> list[str]:
         return [r[0] for r in self.store.db.execute(
@@ -151,5 +157,10 @@ def _parse(counters) -> Ledger | None:
         led = Ledger.from_counters(data)
     except (TypeError, ValueError, AttributeError):
         return None
-    ok = all(math.isfinite(getattr(led, n)) and getattr(led, n) >= 0 for n in Ledger.COUNTERS)
-    return led if ok else None
+    values = [getattr(led, n) for n in Ledger.COUNTERS]
+    values += [x for n in Ledger.ARRAYS for x in getattr(led, n)]
+    return led if all(math.isfinite(x) and x >= 0 for x in values) else None
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -164,7 +164,11 @@ def forget(store: HistoryStore, target: str) -> dict:
         # Forgotten transcripts stay forgotten: the tailing offset is kept, so the
         # records already read do not come back (a rewritten file is read anew).
         c.execute("delete from scopes where root in (?, ?)", [target, absolute])
-    return {"target": target, "documents": len(ids), "transcripts": n_transcripts}
+        # The tuner's counters name the scope (its path, its languages): forgotten too.
+        n_ledger = c.execute("delete from ledger where scope in (?, ?)",
+                             [target, absolute]).rowcount
+    return {"target": target, "documents": len(ids), "transcripts": n_transcripts,
+            "ledger_rows": n_ledger}
 
 
 def _like_prefix(s: str) -> str:

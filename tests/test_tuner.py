@@ -246,8 +246,9 @@ def test_row_is_capped_so_new_behaviour_wins(tmp_path):
 def test_measured_times_are_made_non_decreasing():
     tuner = Tuner(None, "T", CostModel.brief())
     led = Ledger()
-    led.record_plain_step(verify_ms=12.0)
-    led.record_round(1, 0, ceiling=1, verify_ms=10.0)  # a lucky fast forward over 2 tokens
+    for _ in range(10):
+        led.record_plain_step(verify_ms=12.0)
+        led.record_round(1, 0, ceiling=1, verify_ms=10.0)  # lucky fast forwards of 2 tokens
     tuner.record("s", "python", "x", led)
     cm = tuner.cost_model()
     assert cm.source.startswith("measured:")
@@ -341,7 +342,7 @@ def test_real_engine_tunes_k_per_language(target):
     plain = generate(target, prompt, None, max_tokens=40, k=0, trace=True)
     assert min(plain.top2_gaps) > 1.0
     tuner = Tuner(None, "real", CostModel.calibrate(target, repeats=3), seed=0)
-    for _ in range(6):
+    for _ in range(10):
         for lang, wrong in (("markdown", True), ("json", False)):
             prop = OracleDouble(prompt, plain.tokens, wrong, target.n_vocab)
             gen = generate(target, prompt, prop, max_tokens=40, k=16,
@@ -405,20 +406,77 @@ def test_complete_k_auto_records_the_ledger_and_reports_the_choice(repo, tmp_pat
     assert r.returncode == 2 and "'banana' is not 'auto' or a number" in r.stderr
     r = assistd("complete", "--file", f, "--k", "65", db=db)
     assert r.returncode == 2 and "65 is not in the range" in r.stderr
+    for odd in ("1_0", "+3", "\u0663"):  # int() would take these
+        assert assistd("complete", "--file", f, "--k", odd, db=db).returncode == 2
+    for bad in ("", "a\nb\x1b[31m", "x" * 65):
+        r = assistd("complete", "--file", f, "--language", bad, db=db)
+        assert r.returncode == 2 and "is not a language id" in r.stderr
+    # Plain decoding in a repository is filed under the repository's scope.
+    assert assistd("complete", "--file", f, "--k", "0", "--max-tokens", 3, db=db).returncode == 0
+    with sqlite3.connect(db) as conn:
+        scopes = conn.execute("select scope from ledger where proposer = 'none'").fetchall()
+    assert scopes == [(str(repo.resolve()),)]
 
 
 def test_damaged_ledger_row_is_skipped_then_replaced(tmp_path):
     ls = LedgerStore(HistoryStore(tmp_path / "h.db"))
     ls.add("s", "python", "suffix", "T", _generation(10, 0), now=0.0)
     ls.add("s", "json", "suffix", "T", _generation(10, 0), now=0.0)
+    ls.add("s", "markdown", "suffix", "T", _generation(10, 0), now=0.0)
+    ls.add("s", "yaml", "suffix", "T", _generation(10, 0), now=0.0)
     with ls.store.transaction() as c:
         c.execute("update ledger set counters = '{not json' where language_id = 'python'")
+        c.execute("update ledger set updated_utc = NULL where language_id = 'markdown'")
+        bad = _generation(10, 0).counters()
+        bad["accepted_per_position"][1] = -100  # would give a negative a_i
+        c.execute("update ledger set counters = ? where language_id = 'yaml'", [json.dumps(bad)])
         c.execute("update target_costs set ms_sum = 'x' where n_tokens = 5")
+        c.execute("insert into target_costs values ('T', 'abc', 1.0, 1.0, 0.0)")
+        c.execute("insert into target_costs values ('T', 0, 5.0, 1.0, 0.0)")
+        c.execute("insert into target_costs values ('T', 1, 11.0, 1.0, NULL)")
     assert [r.language_id for r in ls.rows(now=0.0)] == ["json"]
-    assert 5 not in ls.costs("T", now=0.0)
+    assert ls.costs("T", now=0.0) == {}
     Tuner(ls, "T", COST, now=0.0).choose("suffix", "python")  # opens, no crash
-    ls.add("s", "python", "suffix", "T", _generation(3, 0), now=0.0)
-    assert ls.rows(scope="s", now=0.0)[1].ledger.rounds == 3
+    for lang in ("python", "markdown"):
+        ls.add("s", lang, "suffix", "T", _generation(3, 0), now=0.0)
+    rounds = {r.language_id: r.ledger.rounds for r in ls.rows(scope="s", now=0.0)}
+    assert rounds == {"json": 10, "markdown": 3, "python": 3}
+
+
+def test_forget_drops_the_scope_ledger_rows(tmp_path):
+    from storage.retention import forget
+
+    ls = LedgerStore(HistoryStore(tmp_path / "h.db"))
+    ls.add(str(tmp_path / "repo"), "python", "suffix", "T", _generation(3, 0))
+    ls.add("/elsewhere", "python", "suffix", "T", _generation(3, 0))
+    out = forget(ls.store, str(tmp_path / "repo"))
+    assert out["ledger_rows"] == 1
+    assert [r.scope for r in ls.rows()] == ["/elsewhere"]
+
+
+def test_plot_path_needs_an_extension(tmp_path):
+    from assistd.errors import InputError
+    from assistd.stats import plot_stats, stats_report
+
+    report = stats_report(LedgerStore(HistoryStore(tmp_path / "h.db")))
+    for bad in (tmp_path / "plot", ""):
+        with pytest.raises(InputError, match="extension"):
+            plot_stats(report, bad)
+
+
+def test_a_rarely_measured_cost_point_is_shrunk_toward_the_solid_ones():
+    tuner = Tuner(None, "T", CostModel.brief())
+    led = Ledger()
+    for _ in range(50):
+        led.record_plain_step(verify_ms=10.0)
+        led.record_round(3, 0, ceiling=3, verify_ms=20.0)  # 4 tokens: 20 ms, solid
+    led.record_round(5, 0, ceiling=5, verify_ms=60.0)  # one slow forward of 6 tokens
+    tuner.record("s", "python", "x", led)
+    cm = tuner.cost_model()
+    # The solid line gives t(6) = 20 + (6 - 4) * (20 - 10) / 3 = 26.7; one sample
+    # against 5 pseudo-forwards of it: (60 + 5 * 26.67) / 6 = 32.2.
+    assert cm.t_ms(6) == pytest.approx((60 + 5 * (20 + 2 * 10 / 3)) / 6)
+    assert cm.t_ms(1) == pytest.approx(10.0) and cm.t_ms(4) == pytest.approx(20.0)
 
 
 def test_seeded_costs_are_outweighed_by_measurements():
