@@ -26,10 +26,9 @@ Sparse data is shrunk toward a prior: a language's estimates toward the estimate
 all languages together (a new file type starts from the global statistics), and
 those toward the previous position's estimate (positions never reached borrow from
 the last one seen). A small share of steps (``explore``) use a longer ceiling than
-the best one (:meth:`Tuner.policy`), so that a file type whose history grows can earn a
-longer k back; its cost is bounded: where speculation is off the probe is k = 2, and
-at the default 4% a wasted round there (t(3) ≈ 2 t(1) on this CPU, BRIEF §5) costs at
-most 4% of plain speed; elsewhere the proposer's own cut still limits the draft.
+the best one, so that a file type whose history grows can earn a longer k back; its
+cost is bounded: at the default 4%, a wasted exploration round at k = 2 on this CPU
+(t(3) ≈ 2 t(1), BRIEF §5) costs at most 4% of plain speed.
 
 The arithmetic is ours; the objective is the one of SpecDec++ / the "optimal
 speculation length" literature (expected accepted tokens per unit of cost), applied
@@ -53,7 +52,7 @@ from storage.ledger_store import HALF_LIFE_S, MAX_COST_SAMPLES, MAX_STEPS
 
 K_MAX = 16
 EXPLORE = 0.04
-COST_PRIOR = 3.0  # forwards that make a t(n) point trusted (a calibration point counts 3)
+COST_PRIOR = 5.0  # forwards that make a t(n) point trusted on its own
 OUTLIER = 3.0  # a generation's forward times above 3x the model are clipped there
 PRIOR_WEIGHT = 8.0  # pseudo-rounds a prior counts for
 # Before any data, optimism: a new proposer or file type is tried with a long ceiling
@@ -287,13 +286,9 @@ class Tuner:
 
     def policy(self, proposer: str, language: str | None) -> Callable[[], int]:
         """A per-step ceiling for :func:`assistd.engine.generate` (``ceiling=``): the best
-        k, and with probability ``explore`` a longer one: 4k (at least 4, at most k_max),
-        or 2 where speculation is off. Far, not next door: one round at ceiling K
-        measures every position up to K, and on a CPU the first extra token costs the
-        most (t(2) - t(1) > t(3) - t(2), BRIEF §5), so probing k + 1 alone would keep a
-        proposer whose long drafts pay stuck at k = 1 (measured with ngram)."""
+        k, and with probability ``explore`` a longer one (2k, at least 2, at most k_max)."""
         best = self.choose(proposer, language)
-        longer = 2 if best == 0 else min(self.k_max, max(4, 4 * best))
+        longer = min(self.k_max, max(2, 2 * best))
         if longer == best or not self.explore:
             return lambda: best
         rand, eps = self.rng.random, self.explore

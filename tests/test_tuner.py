@@ -474,8 +474,8 @@ def test_a_rarely_measured_cost_point_is_shrunk_toward_the_solid_ones():
     tuner.record("s", "python", "x", led)
     cm = tuner.cost_model()
     # The solid line gives t(6) = 20 + (6 - 4) * (20 - 10) / 3 = 26.7; one sample
-    # against 3 pseudo-forwards of it: (60 + 3 * 26.67) / 4 = 35.
-    assert cm.t_ms(6) == pytest.approx((60 + 3 * (20 + 2 * 10 / 3)) / 4)
+    # against 5 pseudo-forwards of it: (60 + 5 * 26.67) / 6 = 32.2.
+    assert cm.t_ms(6) == pytest.approx((60 + 5 * (20 + 2 * 10 / 3)) / 6)
     assert cm.t_ms(1) == pytest.approx(10.0) and cm.t_ms(4) == pytest.approx(20.0)
 
 
