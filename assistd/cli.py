@@ -603,6 +603,66 @@ def stats(scope, as_json, plot, db):
     print_stats(report)
 
 
+class _HostPort(click.ParamType):
+    """--tcp: HOST:PORT (IPv6 as [::1]:PORT)."""
+
+    name = "HOST:PORT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        host, sep, port = str(value).rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+            self.fail(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:2087)", param, ctx)
+        return host, int(port)
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@cli.command()
+@click.option("--stdio", is_flag=True, help="Speak LSP over stdin/stdout (the default).")
+@click.option("--tcp", type=_HostPort(), default=None,
+              help="Listen on HOST:PORT instead of stdio (loopback only unless --allow-remote).")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow --tcp on a non-loopback address (the protocol has no authentication).")
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the server log here too (stderr always gets warnings and errors).")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
+def lsp(stdio, tcp, allow_remote, log_file, verbose):
+    """Run the language server: inline completions for VS Code, Neovim and other LSP clients.
+
+    Settings come from the client (initializationOptions / didChangeConfiguration,
+    under "assistd"); see editors/ for VS Code and Neovim setup.
+
+    \b
+    Examples:
+        assistd lsp
+        assistd lsp --tcp 127.0.0.1:2087
+    """
+    import logging
+
+    from editors.server import build_server
+
+    if tcp is not None and stdio:
+        raise click.UsageError("--stdio and --tcp are exclusive")
+    if tcp is not None and tcp[0] not in _LOOPBACK and not allow_remote:
+        raise click.UsageError(f"--tcp {tcp[0]} is not a loopback address; anyone who can reach"
+                               " it could read your code: pass --allow-remote to mean it")
+    handlers = [logging.StreamHandler()]
+    handlers[0].setLevel(logging.WARNING)
+    if log_file is not None:
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = build_server()
+    if tcp is not None:
+        server.start_tcp(*tcp)
+    else:
+        server.start_io()
+
+
 def main():
     cli(prog_name="assistd")
 

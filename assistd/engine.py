@@ -30,8 +30,8 @@ class Generation:
     tokens: committed token ids after the prompt (a final EOS included; with a stop
         string, up to the token that completed it).
     text: the completion text (EOS and the stop string excluded).
-    stop_reason: ``"eos"``, ``"stop"`` (a stop string), ``"max_tokens"`` or ``"n_ctx"``
-        (context window full).
+    stop_reason: ``"eos"``, ``"stop"`` (a stop string or ``stop_at``), ``"max_tokens"``,
+        ``"n_ctx"`` (context window full) or ``"cancelled"`` (``cancelled()`` turned true).
     top2_gaps: with ``trace=True``, the Target's top-2 logit gap at each committed
         token's position, aligned with ``tokens``; else empty.
     """
@@ -63,6 +63,21 @@ class _StopStrings:
         return text[: min(hits)] if hits else None
 
 
+class _StopCallback:
+    """Stop strings first, then a caller's boundary function over the decoded text."""
+
+    def __init__(self, target: Target, prompt: list[int], fn, strings: _StopStrings | None):
+        self.target, self.prompt, self.fn, self.strings = target, prompt, fn, strings
+
+    def check(self, out: list[int]) -> str | None:
+        if self.strings is not None and (text := self.strings.check(out)) is not None:
+            return text
+        text = self.target.detokenize(out, prev=self.prompt)
+        # A character split over tokens is U+FFFD until its last byte: not yet text.
+        cut = self.fn(text.rstrip("\ufffd"))
+        return None if cut is None else text[:cut]
+
+
 def generate(
     target: Target,
     prompt: list[int],
@@ -77,6 +92,8 @@ def generate(
     scope: str | None = None,
     language: str | None = None,
     ceiling: Callable[[], int] | None = None,
+    stop_at: Callable[[str], int | None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> Generation:
     """Decode up to ``max_tokens`` tokens after ``prompt`` (token ids, non-empty).
 
@@ -93,7 +110,12 @@ def generate(
     proposer (the history scope to draft from, the document's language id).
     ``ceiling``, when given, is called before every step for that step's draft
     ceiling (at most ``k``; 0 = a plain step without asking the proposer): the
-    tuner's choice (:meth:`assistd.tuner.Tuner.policy`).
+    tuner's choice (:meth:`assistd.tuner.Tuner.policy`). ``stop_at``, when given, is
+    called with the completion text after every committed token and returns the index
+    where the completion ends (the text is cut there, stop_reason ``"stop"``) or None:
+    an editor's end-of-line / end-of-block boundary. ``cancelled`` is polled before
+    every step (one Target call): when it returns True the loop ends with stop_reason
+    ``"cancelled"``, so a cancelled request costs at most one more round.
     """
     if not prompt:
         raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
@@ -103,6 +125,8 @@ def generate(
     ledger = Ledger(prompt_tokens=len(prompt))
     eos = target.eos_token_ids
     stops = _StopStrings(target, prompt, stop) if any(stop) else None
+    if stop_at is not None:
+        stops = _StopCallback(target, prompt, stop_at, stops)
     rng = sampling.rng()
     t_start = time.perf_counter()
 
@@ -124,6 +148,9 @@ def generate(
     text = None
     stop_reason = None
     while stop_reason is None:
+        if cancelled is not None and cancelled():
+            stop_reason = "cancelled"
+            break
         room = target.n_ctx - n  # batch positions n-1 .. n-1+k must be < n_ctx
         if room < 0:
             stop_reason = "n_ctx"
@@ -187,7 +214,7 @@ def generate(
         ledger.proposer_memory_bytes = int(getattr(proposer, "memory_bytes", 0) or 0)
     if text is None:
         text = target.detokenize(out[:-1] if stop_reason == "eos" else out, prev=prompt)
-        if stop_reason in ("max_tokens", "n_ctx"):
+        if stop_reason in ("max_tokens", "n_ctx", "cancelled"):
             # Cut off mid-character: the bytes of an unfinished character decode as
             # U+FFFD, which an editor would insert. Hold them back.
             text = text.rstrip("\ufffd")

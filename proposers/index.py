@@ -273,6 +273,10 @@ class HistoryIndex:
         self._drop(doc_id, compact_now=True)
         return True
 
+    def has(self, doc_id: int) -> bool:
+        """Whether document ``doc_id`` is held (a reload of its scope drops in-memory ones)."""
+        return doc_id in self._scope_of
+
     def drop_scope(self, scope: str) -> None:
         sc = self._scopes.pop(scope, None)
         self._loaded.pop(scope, None)

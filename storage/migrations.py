@@ -47,6 +47,14 @@ Added by ``m003_ledger`` (the tuner's persisted, decayed counters; see
                     updated_utc), updated_utc; pk (scope, language_id, proposer, target)
 ``target_costs``    target, n_tokens (tokens in one forward: draft length + 1), ms_sum,
                     count (both decayed to updated_utc), updated_utc; pk (target, n_tokens)
+
+Added by ``m004_suggestions`` (user acceptance of editor suggestions, kept apart from
+the Target's draft acceptance in ``ledger``; see ``storage/suggestions.py``):
+
+``suggestions``     id (pk, the suggestion id the editor echoes), scope, path (relative
+                    to scope), language_id, proposer, target, chars (length of the
+                    suggestion, characters), shown (0/1), outcome (accepted|partial|
+                    dismissed, null while none), accepted_chars, created_utc, updated_utc
 """
 
 import time
@@ -147,6 +155,17 @@ def m003_ledger(db: sqlite_utils.Database) -> None:
         {"target": str, "n_tokens": int, "ms_sum": float, "count": float, "updated_utc": float},
         pk=("target", "n_tokens"), if_not_exists=True,
     )
+
+
+@migration
+def m004_suggestions(db: sqlite_utils.Database) -> None:
+    db["suggestions"].create(
+        {"id": str, "scope": str, "path": str, "language_id": str, "proposer": str,
+         "target": str, "chars": int, "shown": int, "outcome": str, "accepted_chars": int,
+         "created_utc": float, "updated_utc": float},
+        pk="id", if_not_exists=True,
+    )
+    db["suggestions"].create_index(["language_id", "outcome"], if_not_exists=True)
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:

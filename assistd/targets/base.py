@@ -146,5 +146,11 @@ class Target:
         """Ids of the control (special) tokens: BOS, EOS, chat-turn markers..."""
         raise NotImplementedError
 
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        """Fill-in-the-middle ids ``(prefix, suffix, middle)`` when the model declares
+        them (GGUF ``tokenizer.ggml.fim_*_token_id``, or the names llama.cpp's vocab
+        loader recognises); None means prefix-only prompting. Base: None."""
+        return None
+
     def close(self) -> None:
         """Release the model and its buffers."""

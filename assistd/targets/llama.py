@@ -189,6 +189,12 @@ class LlamaTarget(Target):
         lib, vocab, control = self._lib, self._vocab, self._lib.LLAMA_TOKEN_ATTR_CONTROL
         return frozenset(i for i in range(self.n_vocab) if lib.llama_vocab_get_attr(vocab, i) & control)
 
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        lib, vocab = self._lib, self._vocab
+        ids = (lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab),
+               lib.llama_vocab_fim_mid(vocab))
+        return ids if min(ids) >= 0 else None
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

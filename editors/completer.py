@@ -1,0 +1,388 @@
+"""The editor's side of the engine: one Target, history, tuner and open buffers, kept
+warm across requests, and the prompt/boundary rules of an inline suggestion.
+
+Every method runs on one worker thread (:class:`editors.server.Worker`): the Target,
+its KV cache, the SQLite connection and the history index are not thread-safe, and
+a single thread also serialises requests on the single Target. The path is the one
+engine path: history -> proposer -> Target -> verification -> ledger
+(:func:`assistd.engine.generate`), with the tuner's ceiling per language.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from assistd.engine import generate
+from assistd.ledger import Ledger
+from editors import prompting
+from editors.settings import Settings
+from storage.suggestions import Served
+
+log = logging.getLogger("assistd.lsp")
+
+MAX_BUFFER_CHARS = 1_000_000  # an open buffer larger than this is not drafted from
+PENDING_SUGGESTIONS = 256  # suggestions remembered for telemetry (most recent)
+BUFFER_ID_BASE = -1  # open buffers get negative ids: store documents are positive
+
+
+@dataclass
+class Request:
+    """One completion request, a snapshot taken on the event loop.
+
+    text:     the document (its own line endings); offset: code points into it.
+    buffers:  ``{uri: text}`` of the other open documents (live history).
+    cancel:   set by ``$/cancelRequest`` or by a newer request for the same document.
+    """
+
+    uri: str
+    text: str
+    offset: int
+    language: str
+    buffers: dict[str, str] = field(default_factory=dict)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Suggestion:
+    """The answer: ``text`` to insert at the cursor (document conventions; "" = none).
+
+    source: "target" (a generation), "type-through" (the rest of the previous
+        suggestion, no Target call) or "cancelled".
+    ledger: the generation's counters (None without a generation).
+    """
+
+    id: str
+    text: str
+    source: str
+    stop_reason: str | None = None
+    ledger: Ledger | None = None
+    ms: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "text": self.text, "source": self.source,
+                "stop_reason": self.stop_reason, "ms": round(self.ms, 2),
+                "ledger": self.ledger.as_dict() if self.ledger else None}
+
+
+@dataclass
+class _Last:
+    prefix: str
+    suffix: str
+    text: str  # the suggestion with "\n" line endings
+    served: Served
+
+
+@dataclass
+class Counters:
+    """What the server did, for ``assistd.stats`` and the typing benchmark."""
+
+    requests: int = 0
+    generations: int = 0
+    type_through: int = 0
+    cancelled_before_start: int = 0
+    cancelled_during: int = 0
+    tokens_generated: int = 0
+    tokens_cancelled: int = 0  # committed by generations cancelled before they finished
+    prompt_tokens_reused: int = 0
+    prompt_tokens_evaluated: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def uri_path(uri: str) -> Path | None:
+    """The file path of a ``file:`` URI, else None (untitled buffers, remote schemes)."""
+    u = urlparse(uri)
+    if u.scheme != "file":
+        return None
+    return Path(unquote(u.path))
+
+
+class Completer:
+    """Long-lived engine state for the LSP server. Opened lazily; raises
+    :class:`assistd.errors.AssistdError` (model missing, bad database) from the
+    first call that needs the part that fails."""
+
+    def __init__(self, settings: Settings | None = None):
+        self.settings = settings or Settings()
+        self.counters = Counters()
+        self.target = self.store = self.tuner = self.index = self.suggestions = None
+        self._scopes: dict[str, bool] = {}  # scope root -> indexed (history usable)
+        self._buffers: dict[str, tuple[int, str, str]] = {}  # uri -> (doc id, scope, sha)
+        self._next_buffer_id = BUFFER_ID_BASE
+        self._windows: dict[str, int] = {}  # uri -> prompt window start (chars of prefix)
+        self._last: dict[str, _Last] = {}
+        self._pending: OrderedDict[str, Served] = OrderedDict()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def configure(self, settings: Settings) -> None:
+        """New settings; a changed model, backend, n_ctx or db reopens those parts."""
+        if settings.engine_key() != self.settings.engine_key():
+            self.close()
+        self.settings = settings
+        self._last.clear()
+
+    def open(self) -> None:
+        """Open the store, the Target and the tuner (calibrating t(n) once per Target)."""
+        from assistd.session import open_store, open_target
+        from assistd.tuner import Tuner, env_seed
+        from proposers.index import HistoryIndex
+        from storage.ledger_store import LedgerStore
+        from storage.suggestions import SuggestionStore
+
+        s = self.settings
+        if self.store is None:
+            self.store = open_store(Path(s.db) if s.db else None)
+            self.suggestions = SuggestionStore(self.store)
+        if self.target is None:
+            self.target = open_target(Path(s.model) if s.model else None, backend=s.backend,
+                                      n_ctx=s.n_ctx)
+            self.tuner = Tuner.open(LedgerStore(self.store), self.target, seed=env_seed())
+            self.index = HistoryIndex(width=2 if self.target.n_vocab < 65535 else 4)
+            self._scopes.clear()
+            self._buffers.clear()
+
+    def close(self) -> None:
+        if self.target is not None:
+            self.target.close()
+        if self.store is not None:
+            self.store.close()
+        self.target = self.store = self.tuner = self.index = self.suggestions = None
+        self._scopes.clear()
+        self._buffers.clear()
+
+    # -- history: repositories and open buffers --------------------------------
+
+    def scope_of(self, uri: str) -> str | None:
+        """The history scope of a document: its git root, indexed on first use. A file
+        outside git drafts only from a directory ``assistd index`` took before."""
+        from storage.indexer import find_repository_root, index_repository, is_repository
+
+        path = uri_path(uri)
+        if path is None:
+            return None
+        root = find_repository_root(path.parent)
+        scope = str(root)
+        if scope not in self._scopes:
+            usable = is_repository(root) or self.store.has_scope(scope)
+            if usable:
+                recursive = is_repository(root) or self.store.scope_recursive(scope)
+                index_repository(self.store, root, self.target.tokenize,
+                                 self.target.fingerprint, recursive=recursive)
+            self._scopes[scope] = usable
+        if not self._scopes[scope]:
+            return None
+        self.store.mark_used(scope)
+        self.index.ensure(self.store, scope, self.target.fingerprint)
+        return scope
+
+    def reindex(self, uri: str) -> None:
+        """After a save: bring the document's repository up to date in the history."""
+        path = uri_path(uri)
+        if self.target is None or path is None:
+            return
+        from storage.indexer import find_repository_root
+
+        self._scopes.pop(str(find_repository_root(path.parent)), None)
+        self.scope_of(uri)
+
+    def drop_buffer(self, uri: str) -> None:
+        """A closed document leaves the live history and every per-document cache."""
+        entry = self._buffers.pop(uri, None)
+        if entry is not None and self.index is not None:
+            self.index.remove(entry[0])
+        self._windows.pop(uri, None)
+        self._last.pop(uri, None)
+
+    def _sync_buffers(self, scope: str, buffers: dict[str, str]) -> None:
+        """Open buffers of ``scope`` as history documents (tokenized when changed)."""
+        for uri, text in buffers.items():
+            if len(text) > MAX_BUFFER_CHARS:
+                continue
+            path = uri_path(uri)
+            if path is None or not str(path).startswith(scope.rstrip("/") + "/"):
+                continue
+            sha = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+            entry = self._buffers.get(uri)
+            if entry is not None and entry[2] == sha and self.index.has(entry[0]):
+                continue
+            doc_id = entry[0] if entry else self._new_buffer_id()
+            self.index.put(scope, doc_id, self.target.tokenize(text), name=f"buffer:{path.name}")
+            self._buffers[uri] = (doc_id, scope, sha)
+
+    def _new_buffer_id(self) -> int:
+        self._next_buffer_id -= 1
+        return self._next_buffer_id
+
+    # -- completion ------------------------------------------------------------
+
+    def complete(self, req: Request) -> Suggestion:
+        """The suggestion at ``req.offset``; "" when there is none. Raises AssistdError
+        (model, store) and RuntimeError (backend failure)."""
+        t0 = time.perf_counter()
+        self.counters.requests += 1
+        if req.cancel.is_set():
+            self.counters.cancelled_before_start += 1
+            return Suggestion(id="", text="", source="cancelled")
+        ctx = prompting.context_at(req.text, req.offset)
+        served = self._type_through(req.uri, ctx)
+        if served is not None:
+            self.counters.type_through += 1
+            served.ms = (time.perf_counter() - t0) * 1000
+            return served
+        self.open()
+        s = self.settings
+        scope = self.scope_of(req.uri)
+        if scope is not None:
+            self._sync_buffers(scope, {**req.buffers, req.uri: req.text})
+        ids = self._prompt_ids(req.uri, ctx)
+        proposer, ceiling, k = None, None, 0
+        name = s.proposer if s.k != 0 else "none"
+        if name != "none":
+            from assistd.session import proposer_options
+            from assistd.tuner import K_MAX
+            from proposers import make_proposer
+
+            options = proposer_options(name, self.index if scope else None,
+                                       self.tuner.cost_model(), self.target)
+            proposer = make_proposer(name, **options)
+            if s.k == "auto":
+                k, ceiling = K_MAX, self.tuner.policy(name, req.language)
+            else:
+                k = int(s.k)
+        gen = generate(self.target, ids, proposer, max_tokens=s.max_tokens, k=k,
+                       scope=scope, language=req.language, ceiling=ceiling,
+                       stop_at=prompting.stop_at(ctx), cancelled=req.cancel.is_set)
+        self.tuner.record(scope, req.language, name, gen.ledger)
+        c = self.counters
+        c.generations += 1
+        c.tokens_generated += len(gen.tokens)
+        c.prompt_tokens_reused += gen.ledger.prompt_tokens_reused
+        c.prompt_tokens_evaluated += gen.ledger.prompt_tokens_evaluated
+        if gen.stop_reason == "cancelled":
+            c.cancelled_during += 1
+            c.tokens_cancelled += len(gen.tokens)
+            return Suggestion(id="", text="", source="cancelled", stop_reason="cancelled",
+                              ledger=gen.ledger, ms=(time.perf_counter() - t0) * 1000)
+        text = prompting.postprocess(gen.text, ctx)
+        sid = uuid.uuid4().hex[:16]
+        lf = text.replace(ctx.eol, "\n") if ctx.eol != "\n" else text
+        served = Served(id=sid, scope=scope, path=self._rel(req.uri, scope),
+                        language_id=req.language, proposer=name,
+                        target=self.tuner.target, text=text)
+        if text:
+            self._last[req.uri] = _Last(ctx.prefix, ctx.suffix, lf, served)
+            self._remember(served)
+        else:
+            self._last.pop(req.uri, None)
+        return Suggestion(id=sid if text else "", text=text, source="target",
+                          stop_reason=gen.stop_reason, ledger=gen.ledger,
+                          ms=(time.perf_counter() - t0) * 1000)
+
+    def _type_through(self, uri: str, ctx: prompting.CursorContext) -> Suggestion | None:
+        """The user typed the start of the last suggestion: serve the rest, no Target call."""
+        last = self._last.get(uri)
+        if last is None or ctx.suffix != last.suffix or not ctx.prefix.startswith(last.prefix):
+            return None
+        typed = ctx.prefix[len(last.prefix):]
+        if not typed or not last.text.startswith(typed) or len(last.text) == len(typed):
+            return None
+        rest = last.text[len(typed):]
+        text = rest.replace("\n", ctx.eol) if ctx.eol != "\n" else rest
+        return Suggestion(id=last.served.id, text=text, source="type-through")
+
+    def _prompt_ids(self, uri: str, ctx: prompting.CursorContext) -> list[int]:
+        """Token ids of the prompt: FIM when the model declares FIM tokens (and ``fim`` is
+        "auto"), else the text before the cursor.
+
+        The window of the prefix starts at a remembered line start per document, moved
+        forward by half the budget only when the prefix outgrows it: typing then only
+        appends tokens, so the Target reuses its KV cache (BRIEF §8) instead of
+        re-evaluating a shifted window on every keystroke.
+        """
+        t, s = self.target, self.settings
+        budget = min(s.max_prompt_tokens, t.n_ctx - s.max_tokens - 1) - 1  # - BOS
+        fim = t.fim_tokens() if s.fim == "auto" else None
+        tail: list[int] = []
+        if fim is not None:
+            suffix_ids = t.tokenize(ctx.suffix[: s.max_suffix_chars])[: budget // 4]
+            tail = [fim[1], *suffix_ids, fim[2]]
+            budget -= len(tail) + 1
+        prefix = ctx.prefix
+        start = self._windows.get(uri, 0)
+        if start > len(prefix) or (start and prefix[start - 1] != "\n"):
+            start = 0  # an edit above the window moved its line start: recompute
+        ids = t.tokenize(prefix[start:])
+        if len(ids) > budget:
+            # Move the start to a line start ~budget/2 tokens before the cursor.
+            chars_per_token = max(1.0, (len(prefix) - start) / len(ids))
+            want = len(prefix) - int(budget / 2 * chars_per_token)
+            nl = prefix.find("\n", max(start, want))
+            start = nl + 1 if 0 <= nl < len(prefix) else max(start, want)
+            ids = t.tokenize(prefix[start:])
+            ids = ids[-budget:]
+        self._windows[uri] = start
+        head = [t.bos_token_id] if t.bos_token_id is not None and (t.add_bos or not ids) else []
+        if fim is not None:
+            return head + [fim[0], *ids, *tail]
+        return head + ids
+
+    # -- telemetry ---------------------------------------------------------------
+
+    def _remember(self, served: Served) -> None:
+        self._pending[served.id] = served
+        self._pending.move_to_end(served.id)
+        while len(self._pending) > PENDING_SUGGESTIONS:
+            self._pending.popitem(last=False)
+
+    def event(self, sid: str, event: str, accepted_chars: int = 0) -> bool:
+        """The editor reports on suggestion ``sid``; False when it is unknown (too old)."""
+        served = self._pending.get(sid)
+        if served is None or not self.settings.telemetry:
+            return False
+        self.open()
+        doc_id = self.suggestions.event(served, event, accepted_chars=accepted_chars,
+                                        tokenize=self.target.tokenize,
+                                        fingerprint=self.target.fingerprint)
+        if doc_id is not None and served.scope and self.index is not None:
+            self.index.sync(self.store)  # the accepted text drafts the next suggestion
+        if event in ("accepted", "dismissed"):
+            for uri, last in list(self._last.items()):
+                if last.served.id == sid:
+                    del self._last[uri]
+        return True
+
+    def stats(self) -> dict:
+        """The tuner's report (``assistd stats``), user acceptance, and server counters."""
+        from assistd.stats import stats_report
+        from storage.ledger_store import LedgerStore
+
+        self.open()
+        return {"ledger": stats_report(LedgerStore(self.store)),
+                "user_acceptance": self.suggestions.summary(),
+                "server": {**self.counters.as_dict(), **self.state()}}
+
+    def state(self) -> dict:
+        """Sizes of the per-document state (bounded: closing a document empties its share)."""
+        return {"buffers_indexed": len(self._buffers), "prompt_windows": len(self._windows),
+                "type_through_entries": len(self._last), "pending_suggestions": len(self._pending),
+                "history_tokens": self.index.tokens() if self.index is not None else 0}
+
+    @staticmethod
+    def _rel(uri: str, scope: str | None) -> str:
+        path = uri_path(uri)
+        if path is None or scope is None:
+            return uri
+        try:
+            return path.relative_to(scope).as_posix()
+        except ValueError:
+            return path.as_posix()

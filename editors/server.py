@@ -1,0 +1,221 @@
+"""``assistd lsp``: the language server (pygls 2) for VS Code, Neovim and any LSP client.
+
+Thin layer over :class:`editors.completer.Completer`: the event loop owns the
+protocol and the documents (pygls applies incremental changes), one worker thread
+owns the engine. A request snapshots the document and queues a job; the loop keeps
+answering ``didChange`` while the worker generates.
+
+Cancellation and supersession (BRIEF §8): ``$/cancelRequest`` cancels the handler's
+task, which sets the job's cancel flag; the engine checks it before every round.
+A newer completion request for the same document sets the older one's flag: the
+older gets an empty answer, so every request id gets exactly one response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+
+from assistd import __version__
+from assistd.errors import AssistdError
+from editors.completer import Completer, Request, Suggestion
+from editors.positions import PositionError, offset_at
+from editors.settings import Settings, parse_settings
+
+log = logging.getLogger("assistd.lsp")
+
+ACCEPTED = "assistd.accepted"
+STATS = "assistd.stats"
+SHOWN = "assistd/didShowCompletion"
+PARTIAL = "assistd/didPartiallyAcceptCompletion"
+DISMISSED = "assistd/didDismissCompletion"
+
+
+class AssistdServer(LanguageServer):
+    """The server object: pygls's LanguageServer plus the worker and per-document jobs."""
+
+    def __init__(self, settings: Settings | None = None):
+        super().__init__("assistd", __version__,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.settings = settings or Settings()
+        self.completer = Completer(self.settings)
+        # One thread: the Target, its KV cache, SQLite and the index are single-threaded.
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assistd-engine")
+        self.latest: dict[str, Request] = {}  # uri -> newest completion request
+        self._reported: set[str] = set()  # error messages already shown (once each)
+
+    async def run(self, fn, *args):
+        """Run ``fn(*args)`` on the engine thread without blocking the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
+
+    def submit(self, fn, *args) -> None:
+        """Fire-and-forget engine work (telemetry, re-indexing); errors are logged."""
+        fut = self.worker.submit(fn, *args)
+        fut.add_done_callback(lambda f: f.exception() and self.report(f.exception()))
+
+    def report(self, error: BaseException) -> None:
+        """An error the user must see: ``window/showMessage`` once per message, and the log."""
+        msg = f"assistd: {error}"
+        log.error("%s", msg)
+        if msg not in self._reported:
+            self._reported.add(msg)
+            self.window_show_message(types.ShowMessageParams(types.MessageType.Error, msg))
+
+    def warn(self, messages: list[str]) -> None:
+        for m in messages:
+            log.warning("%s", m)
+            self.window_show_message(types.ShowMessageParams(types.MessageType.Warning, m))
+
+    def apply_settings(self, raw: Any) -> None:
+        settings, warnings = parse_settings(raw, self.settings)
+        self.warn(warnings)
+        self.settings = settings
+        self._reported.clear()  # a new model path deserves a new error message
+        self.submit(self.completer.configure, settings)
+
+    # -- completion --------------------------------------------------------
+
+    async def suggest(self, uri: str, position: types.Position) -> Suggestion | None:
+        """The suggestion at ``position``; None when there is none (disabled, cancelled,
+        failed: failures reach the user through :meth:`report`). Raises
+        JsonRpcInvalidParams for an unknown document or a position outside it."""
+        docs = self.workspace.text_documents
+        if uri not in docs:
+            raise JsonRpcInvalidParams.of(ValueError(f"document {uri} is not open (didOpen first)"))
+        if not self.settings.enabled:
+            return None
+        doc = docs[uri]
+        text = doc.source
+        try:
+            offset = offset_at(text, position, self.workspace.position_encoding or "utf-16")
+        except PositionError as e:
+            raise JsonRpcInvalidParams.of(e) from None
+        req = Request(uri=uri, text=text, offset=offset, language=doc.language_id or "plaintext",
+                      buffers={u: d.source for u, d in docs.items() if u != uri})
+        older = self.latest.get(uri)
+        if older is not None:
+            older.cancel.set()  # latest wins
+        self.latest[uri] = req
+        try:
+            result = await self.run(self.completer.complete, req)
+        except asyncio.CancelledError:
+            req.cancel.set()  # $/cancelRequest: stop within one round
+            raise
+        except (AssistdError, RuntimeError, OSError) as e:
+            self.report(e)
+            return None
+        finally:
+            if self.latest.get(uri) is req:
+                del self.latest[uri]
+        return result if result.text else None
+
+
+def _item_command(s: Suggestion) -> types.Command:
+    return types.Command(title="assistd: suggestion accepted", command=ACCEPTED,
+                         arguments=[{"id": s.id}])
+
+
+def _param(params: Any, name: str, default=None):
+    """A field of a custom notification's params (pygls gives an object, tests a dict)."""
+    if isinstance(params, dict):
+        return params.get(name, default)
+    return getattr(params, name, default)
+
+
+def build_server(settings: Settings | None = None) -> AssistdServer:
+    """A configured server; start it with ``start_io()`` or ``start_tcp(host, port)``."""
+    server = AssistdServer(settings)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: AssistdServer, params: types.InitializeParams):
+        ls.apply_settings(params.initialization_options)
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: AssistdServer, params: types.InitializedParams):
+        # Load the model now, not on the first keystroke.
+        ls.submit(ls.completer.open)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(ls: AssistdServer, params: types.DidChangeConfigurationParams):
+        ls.apply_settings(params.settings)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: AssistdServer, params: types.DidSaveTextDocumentParams):
+        ls.submit(ls.completer.reindex, params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: AssistdServer, params: types.DidCloseTextDocumentParams):
+        uri = params.text_document.uri
+        if (req := ls.latest.pop(uri, None)) is not None:
+            req.cancel.set()
+        ls.submit(ls.completer.drop_buffer, uri)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: AssistdServer, params: types.InlineCompletionParams):
+        s = await ls.suggest(params.text_document.uri, params.position)
+        if s is None:
+            return types.InlineCompletionList(items=[])
+        pos = params.position
+        return types.InlineCompletionList(items=[types.InlineCompletionItem(
+            insert_text=s.text, range=types.Range(pos, pos), command=_item_command(s))])
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION,
+                    types.CompletionOptions(trigger_characters=[".", "(", " "]))
+    async def completion(ls: AssistdServer, params: types.CompletionParams):
+        s = await ls.suggest(params.text_document.uri, params.position)
+        if s is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        first = s.text.lstrip("\r\n").splitlines()[0] if s.text.strip() else s.text
+        pos = params.position
+        # An older client filters items by the word before the cursor: the edit starts
+        # at the cursor and is always re-requested (isIncomplete) as the user types.
+        return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
+            label=first.strip()[:80] or s.text, kind=types.CompletionItemKind.Text,
+            detail="assistd", insert_text_format=types.InsertTextFormat.PlainText,
+            text_edit=types.TextEdit(types.Range(pos, pos), s.text), filter_text="",
+            sort_text="0", command=_item_command(s))])
+
+    @server.command(ACCEPTED)
+    async def accepted(ls: AssistdServer, *args):
+        sid = _param(args[0], "id") if args else None
+        if sid:
+            ls.submit(ls.completer.event, str(sid), "accepted")
+        return None
+
+    @server.command(STATS)
+    async def stats(ls: AssistdServer, *args):
+        try:
+            return await ls.run(ls.completer.stats)
+        except AssistdError as e:
+            ls.report(e)
+            return {"error": str(e)}
+
+    @server.feature(SHOWN)
+    def shown(ls: AssistdServer, params):
+        if sid := _param(params, "id"):
+            ls.submit(ls.completer.event, str(sid), "shown")
+
+    @server.feature(PARTIAL)
+    def partial(ls: AssistdServer, params):
+        sid, n = _param(params, "id"), _param(params, "acceptedLength", 0)
+        if sid and isinstance(n, int) and n > 0:
+            ls.submit(ls.completer.event, str(sid), "partial", n)
+
+    @server.feature(DISMISSED)
+    def dismissed(ls: AssistdServer, params):
+        if sid := _param(params, "id"):
+            ls.submit(ls.completer.event, str(sid), "dismissed")
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: AssistdServer, params):
+        for req in ls.latest.values():
+            req.cancel.set()
+        ls.worker.submit(ls.completer.close).result(timeout=30)
+
+    return server

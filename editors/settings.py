@@ -1,0 +1,148 @@
+"""Typed settings of the LSP server, read from ``initializationOptions`` and
+``workspace/didChangeConfiguration``.
+
+Both carry ``{"assistd": {...}}`` (a flat object is accepted too). A value of the wrong
+type or out of range falls back to its default and yields a warning the server shows
+with ``window/showMessage``: a typo in an editor's settings never stops completions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from assistd.tuner import K_MAX
+
+PROPOSERS = ("suffix", "ngram", "none")
+BACKENDS = ("llama", "torch")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Server settings (LSP camelCase keys in brackets).
+
+    model:             GGUF path of the Target; None = the embedded default (``model``).
+    backend:           "llama" or "torch" (``backend``).
+    n_ctx:             context window, tokens (``nCtx``).
+    proposer:          "suffix", "ngram" or "none" (plain decoding) (``proposer``).
+    k:                 draft ceiling in tokens, or "auto" (the tuner, per language) (``k``).
+    max_tokens:        tokens generated per suggestion at most (``maxTokens``).
+    max_prompt_tokens: prompt window before the cursor, tokens (``maxPromptTokens``).
+    max_suffix_chars:  text after the cursor given to a FIM model, characters (``maxSuffixChars``).
+    fim:               "auto" (FIM when the model declares FIM tokens) or "off" (``fim``).
+    db:                history SQLite file; None = the default (``db``).
+    enabled:           serve suggestions at all (``enabled``).
+    telemetry:         store shown/accepted/dismissed events locally (``telemetry``).
+    """
+
+    model: str | None = None
+    backend: str = "llama"
+    n_ctx: int = 2048
+    proposer: str = "suffix"
+    k: int | str = "auto"
+    max_tokens: int = 64
+    max_prompt_tokens: int = 1024
+    max_suffix_chars: int = 2000
+    fim: str = "auto"
+    db: str | None = None
+    enabled: bool = True
+    telemetry: bool = True
+
+    def engine_key(self) -> tuple:
+        """The settings whose change needs a new Target or store."""
+        return (self.model, self.backend, self.n_ctx, self.db)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+_KEYS = {_camel(f.name): f.name for f in fields(Settings)} | {f.name: f.name for f in fields(Settings)}
+_KEYS["nCtx"] = "n_ctx"
+
+
+def _check(name: str, value: Any) -> Any:
+    """The validated value, or raise ValueError with what is expected."""
+    def integer(lo: int, hi: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise ValueError(f"an integer from {lo} to {hi}")
+        return value
+
+    if name in ("model", "db"):
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError("a file path or null")
+        return str(Path(value).expanduser())
+    if name == "backend":
+        if value not in BACKENDS:
+            raise ValueError(" or ".join(map(repr, BACKENDS)))
+        return value
+    if name == "proposer":
+        if value not in PROPOSERS:
+            raise ValueError(", ".join(map(repr, PROPOSERS)))
+        return value
+    if name == "k":
+        if value == "auto":
+            return value
+        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,2}", value):
+            value = int(value)
+        return integer(0, K_MAX * 4)
+    if name == "n_ctx":
+        return integer(128, 1 << 20)
+    if name == "max_tokens":
+        return integer(1, 1024)
+    if name == "max_prompt_tokens":
+        return integer(16, 1 << 20)
+    if name == "max_suffix_chars":
+        return integer(0, 1 << 20)
+    if name == "fim":
+        if value not in ("auto", "off"):
+            raise ValueError("'auto' or 'off'")
+        return value
+    if name in ("enabled", "telemetry"):
+        if not isinstance(value, bool):
+            raise ValueError("true or false")
+        return value
+    raise AssertionError(name)
+
+
+def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """``raw`` (the client's JSON) over ``base`` -> ``(settings, warnings)``.
+
+    Unknown keys and bad values produce one warning each and keep the base value
+    (the default for a bad value on a first read). Never raises.
+
+    >>> s, w = parse_settings({"assistd": {"k": 4, "maxTokens": "many", "colour": 1}})
+    >>> s.k, s.max_tokens, len(w)
+    (4, 64, 2)
+    """
+    base = base or Settings()
+    if raw is None:
+        return base, []
+    if isinstance(raw, dict) and isinstance(raw.get("assistd"), dict):
+        raw = raw["assistd"]
+    elif isinstance(raw, dict) and "assistd" in raw and raw["assistd"] is None:
+        return base, []
+    if not isinstance(raw, dict):
+        return base, [f"assistd settings must be an object, not {type(raw).__name__}; using defaults"]
+    changes, warnings = {}, []
+    for key, value in raw.items():
+        name = _KEYS.get(key)
+        if name is None:
+            warnings.append(f"unknown assistd setting {key!r} ignored")
+            continue
+        try:
+            changes[name] = _check(name, value)
+        except ValueError as e:
+            default = getattr(Settings(), name)
+            changes[name] = default
+            warnings.append(f"assistd setting {key!r}={value!r} is invalid (expected {e});"
+                            f" using {default!r}")
+    if changes.get("n_ctx", base.n_ctx) <= changes.get("max_tokens", base.max_tokens) + 1:
+        warnings.append("assistd setting maxTokens does not fit nCtx; using the defaults for both")
+        changes["n_ctx"], changes["max_tokens"] = Settings.n_ctx, Settings.max_tokens
+    return replace(base, **changes), warnings
