@@ -328,14 +328,15 @@ def history_forget(source, db, as_json):
     from storage.retention import forget
 
     out = forget(_history_store(db), source)
-    if out["documents"] == 0 and not out["ledger_rows"]:
+    if out["documents"] == 0 and not out["ledger_rows"] and not out["suggestions"]:
         raise InputError(f"nothing in the history matches {source!r};"
                          " see `assistd history sources`")
     if as_json:
         click.echo(json.dumps(out))
     else:
         click.echo(f"forgot {out['documents']} documents from {source}"
-                   + (f" and {out['ledger_rows']} tuner ledger rows" if out["ledger_rows"] else ""))
+                   + (f", {out['ledger_rows']} tuner ledger rows" if out["ledger_rows"] else "")
+                   + (f", {out['suggestions']} suggestion events" if out["suggestions"] else ""))
 
 
 @history.command("vacuum")

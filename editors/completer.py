@@ -146,6 +146,8 @@ class Completer:
         if self.target is None:
             self.target = open_target(Path(s.model) if s.model else None, backend=s.backend,
                                       n_ctx=s.n_ctx)
+            self.tuner = None
+        if self.tuner is None:
             self.tuner = Tuner.open(LedgerStore(self.store), self.target, seed=env_seed())
             self.index = HistoryIndex(width=2 if self.target.n_vocab < 65535 else 4)
             self._scopes.clear()

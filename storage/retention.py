@@ -139,7 +139,8 @@ def forget(store: HistoryStore, target: str) -> dict:
     """Forget a scope (repository root), a transcript file, or a file or folder inside a
     scope. ``target`` is a path (made absolute) or a scope name as listed by ``sources``.
 
-    Returns ``{"target", "documents", "transcripts"}``; documents == 0 means nothing matched.
+    Returns ``{"target", "documents", "transcripts", "ledger_rows", "suggestions"}``;
+    documents == 0 means nothing matched.
     """
     absolute = os.path.abspath(os.path.expanduser(target))
     with store.transaction() as c:
@@ -167,8 +168,11 @@ def forget(store: HistoryStore, target: str) -> dict:
         # The tuner's counters name the scope (its path, its languages): forgotten too.
         n_ledger = c.execute("delete from ledger where scope in (?, ?)",
                              [target, absolute]).rowcount
+        # So do the editor's suggestion events there (paths and outcomes).
+        n_suggestions = c.execute("delete from suggestions where scope in (?, ?)",
+                                  [target, absolute]).rowcount
     return {"target": target, "documents": len(ids), "transcripts": n_transcripts,
-            "ledger_rows": n_ledger}
+            "ledger_rows": n_ledger, "suggestions": n_suggestions}
 
 
 def _like_prefix(s: str) -> str:

@@ -1,0 +1,208 @@
+"""The LSP server's parts without a client: settings, user-acceptance store, the prompt
+window (KV reuse while typing), buffers in the live history, TCP transport, CLI flags."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from assistd.cli import cli
+from assistd.targets.base import common_prefix_length
+from editors import prompting
+from editors.completer import Completer, Request
+from editors.settings import Settings, parse_settings
+from storage.retention import forget
+from storage.suggestions import Served, SuggestionStore
+from tests.conftest import make_repo
+
+# -- settings ------------------------------------------------------------------
+
+
+def test_settings_parse_camel_case_and_fall_back_per_key():
+    s, w = parse_settings({"assistd": {"maxTokens": 16, "k": "7", "proposer": "ngram",
+                                       "fim": "off", "db": "~/h.db", "enabled": False}})
+    assert (s.max_tokens, s.k, s.proposer, s.fim, s.enabled) == (16, 7, "ngram", "off", False)
+    assert s.db.endswith("/h.db") and "~" not in s.db and w == []
+    s2, w2 = parse_settings({"k": -1, "nCtx": 10**9, "telemetry": "yes", "model": ""}, s)
+    assert (s2.k, s2.n_ctx, s2.telemetry, s2.model) == ("auto", 2048, True, None)
+    assert s2.max_tokens == 16  # kept from the base
+    assert len(w2) == 4 and all("invalid" in x for x in w2)
+    assert parse_settings([1, 2])[1] == ["assistd settings must be an object, not list; using defaults"]
+    assert parse_settings(None) == (Settings(), [])
+    s3, w3 = parse_settings({"maxTokens": 600, "nCtx": 512})
+    assert (s3.max_tokens, s3.n_ctx) == (64, 2048) and "does not fit" in w3[0]
+
+
+# -- user acceptance -------------------------------------------------------------
+
+
+def _served(sid="s1", text="return a + b", scope="/r"):
+    return Served(id=sid, scope=scope, path="m.py", language_id="python", proposer="suffix",
+                  target="llama:x", text=text)
+
+
+def test_suggestion_outcomes_only_move_forward(store, target):
+    ss = SuggestionStore(store)
+    s = _served()
+    assert ss.event(s, "shown") is None
+    doc = ss.event(s, "partial", accepted_chars=6, tokenize=target.tokenize,
+                   fingerprint=target.fingerprint)
+    assert doc is not None and store.document_text(doc) == "return"
+    assert ss.event(s, "dismissed") is None  # after a partial acceptance: ignored
+    doc2 = ss.event(s, "accepted", tokenize=target.tokenize, fingerprint=target.fingerprint)
+    assert doc2 == doc and store.document_text(doc) == "return a + b"  # one document, updated
+    ss.event(_served("s2"), "shown")
+    ss.event(_served("s2"), "dismissed")
+    row = store.db.execute("select outcome, accepted_chars, shown from suggestions where id='s1'").fetchone()
+    assert row == ("accepted", 12, 1)
+    summary = ss.summary()["python"]
+    assert (summary["shown"], summary["accepted"], summary["dismissed"]) == (2, 1, 1)
+    assert summary["acceptance_rate"] == 0.5
+    kinds = {r[0] for r in store.db.execute("select source_kind from documents")}
+    assert kinds == {"generated"}  # user acceptance never touches the ledger table
+    assert store.db.execute("select count(*) from ledger").fetchone()[0] == 0
+    with pytest.raises(ValueError, match="unknown suggestion event"):
+        ss.event(s, "liked")
+    out = forget(store, "/r")
+    assert out["suggestions"] == 2 and out["documents"] == 1
+
+
+def test_accepted_secret_is_redacted_in_history(store, target):
+    ss = SuggestionStore(store)
+    secret = 'AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"'
+    doc = ss.event(_served(text=secret), "accepted", tokenize=target.tokenize,
+                   fingerprint=target.fingerprint)
+    assert "wJalrXUtnFEMI" not in store.document_text(doc)
+
+
+# -- the completer on the real Target ----------------------------------------------
+
+
+@pytest.fixture
+def completer(target, tmp_path):
+    c = Completer(Settings(db=str(tmp_path / "c.db"), max_prompt_tokens=96, max_tokens=8))
+    c.target = target  # the session's loaded Target; the rest opens as in the server
+    c.open()
+    yield c
+    c.target = None  # the fixture owns it
+    c.close()
+
+
+def test_prompt_window_is_sticky_so_typing_only_appends(completer, tmp_path):
+    text = "".join(f"value_{i} = compute({i}, scale={i * 3})\n" for i in range(60))
+    uri = (tmp_path / "w.py").as_uri()
+    ids = []
+    for typed in ["", "v", "va", "val", "valu", "value_"]:
+        doc = text + typed
+        ids.append(completer._prompt_ids(uri, prompting.context_at(doc, len(doc))))
+    budget = 96 - 1
+    assert all(len(x) <= budget + 1 for x in ids)
+    start = completer._windows[uri]
+    assert start > 0 and text[start - 1] == "\n"  # a line start, past the beginning
+    # Typing moved nothing: each prompt extends the previous one except its last token.
+    for a, b in zip(ids, ids[1:]):
+        assert common_prefix_length(a, b) >= len(a) - 2
+    # Growing past the budget moves the start forward by about half, once.
+    more = text + "".join(f"extra_{i} = {i}\n" for i in range(40))
+    completer._prompt_ids(uri, prompting.context_at(more, len(more)))
+    assert completer._windows[uri] > start
+
+
+def test_open_buffers_are_live_history_and_leave_on_close(completer, tmp_path):
+    repo = make_repo(tmp_path / "r", {"a.py": "x = 1\n"})
+    other = (repo / "b.py").as_uri()
+    body = "def unusual_helper_name(q):\n    return q * 17 + 3\n"
+    req = Request(uri=(repo / "a.py").as_uri(), text="x = 1\n", offset=6, language="python",
+                  buffers={other: body})
+    completer.complete(req)
+    scope = str(repo.resolve())
+    docs = completer.index.documents(scope)
+    names = {name for name, _ in docs.values()}
+    assert "buffer:b.py" in names and "buffer:a.py" in names
+    assert any(list(t) == completer.target.tokenize(body) for _, t in docs.values())
+    completer.drop_buffer(other)
+    assert "buffer:b.py" not in {n for n, _ in completer.index.documents(scope).values()}
+
+
+def test_cancelled_request_stops_before_generating(completer, tmp_path):
+    req = Request(uri=(tmp_path / "c.py").as_uri(), text="import os\n", offset=10,
+                  language="python")
+    req.cancel.set()
+    s = completer.complete(req)
+    assert s.source == "cancelled" and s.text == "" and completer.counters.generations == 0
+    # Cancelled between rounds: the engine stops at the next step.
+    req2 = Request(uri=req.uri, text="import os\n", offset=10, language="python")
+    calls = []
+
+    def cancel_after_first_round():  # polled by complete(), then before every step
+        calls.append(1)
+        return len(calls) > 2
+
+    req2.cancel.is_set = cancel_after_first_round  # a real Event cannot be set mid-round
+    s2 = completer.complete(req2)
+    assert s2.source == "cancelled" and s2.stop_reason == "cancelled"
+    assert s2.ledger.steps == 1 and completer.counters.cancelled_during == 1
+
+
+# -- transport and CLI --------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rpc(sock, payload: dict) -> dict:
+    body = json.dumps(payload).encode()
+    sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        head += sock.recv(1)
+    n = int(head.split(b"Content-Length:")[1].split(b"\r\n")[0])
+    data = b""
+    while len(data) < n:
+        data += sock.recv(n - len(data))
+    return json.loads(data)
+
+
+def test_tcp_transport_answers_initialize(tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "assistd", "lsp", "--tcp", f"127.0.0.1:{port}"],
+                            stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except OSError:
+                threading.Event().wait(0.05)
+        else:
+            pytest.fail("the server did not listen")
+        with sock:
+            out = _rpc(sock, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "capabilities": {}, "initializationOptions": {"assistd": {"db": str(tmp_path / "t.db")}}}})
+            caps = out["result"]["capabilities"]
+            assert caps["positionEncoding"] == "utf-16" and "inlineCompletionProvider" in caps
+            assert set(caps["executeCommandProvider"]["commands"]) == {"assistd.accepted", "assistd.stats"}
+            assert out["result"]["serverInfo"]["name"] == "assistd"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--tcp", "0.0.0.0:2087"], "not a loopback address"),
+    (["--tcp", "localhost"], "is not HOST:PORT"),
+    (["--tcp", "127.0.0.1:99999"], "is not HOST:PORT"),
+    (["--tcp", "127.0.0.1:2087", "--stdio"], "exclusive"),
+])
+def test_lsp_cli_refuses_bad_transports(args, message):
+    r = CliRunner().invoke(cli, ["lsp", *args])
+    assert r.exit_code == 2 and message in r.output
