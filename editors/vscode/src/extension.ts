@@ -1,0 +1,201 @@
+// assistd for VS Code: starts `assistd lsp` over stdio and lets
+// vscode-languageclient (10+, where textDocument/inlineCompletion is a built-in
+// feature) turn its answers into inline suggestions (ghost text).
+import * as vscode from 'vscode';
+import {
+  DidChangeConfigurationNotification,
+  ExecuteCommandRequest,
+  LanguageClient,
+  LanguageClientOptions,
+  ServerOptions,
+} from 'vscode-languageclient/node';
+
+// The keys the server reads under `assistd` (initializationOptions and
+// workspace/didChangeConfiguration). serverPath and serverArgs stay here: the
+// server warns about keys it does not know.
+const SERVER_KEYS = [
+  'model', 'backend', 'proposer', 'k', 'maxTokens', 'maxPromptTokens',
+  'maxSuffixChars', 'nCtx', 'fim', 'db', 'enabled', 'telemetry',
+] as const;
+
+// The command the server puts on each inline item; VS Code runs it (through the
+// client, as workspace/executeCommand) when the user accepts the suggestion.
+const ACCEPTED = 'assistd.accepted';
+
+let client: LanguageClient | undefined;
+
+function config(): vscode.WorkspaceConfiguration {
+  return vscode.workspace.getConfiguration('assistd');
+}
+
+// Every key, as set or else its package.json default (the server's default).
+// All of them, because the server applies a change over its current settings:
+// a setting the user removes has to come back as its default.
+function serverSettings(): Record<string, unknown> {
+  const cfg = config();
+  const settings: Record<string, unknown> = {};
+  for (const key of SERVER_KEYS) {
+    let value = cfg.get(key);
+    if (key === 'k' && typeof value === 'string' && /^\d+$/.test(value)) {
+      value = Number(value); // "8" typed in the Settings UI means 8
+    }
+    settings[key] = value;
+  }
+  return settings;
+}
+
+// ---------------------------------------------------------------------------
+// User acceptance events (Copilot style notifications).
+//
+// VS Code's stable API has no "shown", "dismissed" or "partially accepted"
+// hook for inline completions (handleDidShowCompletionItem and
+// handleDidPartiallyAcceptCompletionItem are proposed API, closed to
+// published extensions). So:
+//   accepted  - VS Code runs the item's `assistd.accepted` command itself;
+//               nothing to send here. Partial accepts (word by word) run no
+//               command and are not reported.
+//   shown     - the first item of a response VS Code did not cancel: the one
+//               it presents first. (VS Code may still hide it when it no
+//               longer matches the text.)
+//   dismissed - a shown suggestion not accepted when a later response
+//               replaces it with another one or none, or when the user
+//               switches editor.
+// ---------------------------------------------------------------------------
+
+let shownId: string | undefined;
+
+function suggestionId(item: vscode.InlineCompletionItem | undefined): string | undefined {
+  const command = item?.command;
+  const arg: unknown = command?.arguments?.[0];
+  if (command?.command !== ACCEPTED || typeof arg !== 'object' || arg === null) {
+    return undefined;
+  }
+  const id = (arg as { id?: unknown }).id;
+  return typeof id === 'string' ? id : undefined;
+}
+
+function notify(method: string, id: string): void {
+  if (client?.isRunning() && config().get<boolean>('telemetry', true)) {
+    void client.sendNotification(method, { id });
+  }
+}
+
+function setShown(id: string | undefined): void {
+  if (id === shownId) {
+    return;
+  }
+  if (shownId !== undefined) {
+    notify('assistd/didDismissCompletion', shownId);
+  }
+  shownId = id;
+  if (id !== undefined) {
+    notify('assistd/didShowCompletion', id);
+  }
+}
+
+function createClient(): LanguageClient {
+  const cfg = config();
+  // No `transport` field: stdio is the default, and TransportKind.stdio would
+  // append `--stdio` to the arguments; serverArgs stays as the user wrote it.
+  const serverOptions: ServerOptions = {
+    command: cfg.get<string>('serverPath', 'assistd'),
+    args: cfg.get<string[]>('serverArgs', ['lsp']),
+  };
+  const clientOptions: LanguageClientOptions = {
+    // Every language, in files and unsaved editors.
+    documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
+    // A function, so that a restart picks up the current settings.
+    initializationOptions: () => ({ assistd: serverSettings() }),
+    middleware: {
+      provideInlineCompletionItems: async (document, position, context, token, next) => {
+        const result = await next(document, position, context, token);
+        if (!token.isCancellationRequested) { // a cancelled answer is never shown
+          const items = Array.isArray(result) ? result : result?.items ?? [];
+          setShown(suggestionId(items[0]));
+        }
+        return result;
+      },
+      // The server also offers textDocument/completion for clients without
+      // inline completion. VS Code has it, and asking for both would run the
+      // model twice per keystroke; so the popup gets nothing from assistd.
+      provideCompletionItem: () => undefined,
+      executeCommand: (command, args, next) => {
+        if (command === ACCEPTED) {
+          shownId = undefined; // accepted, so not dismissed
+        }
+        return next(command, args);
+      },
+    },
+  };
+  return new LanguageClient('assistd', 'assistd', serverOptions, clientOptions);
+}
+
+async function restart(): Promise<void> {
+  const old = client;
+  client = undefined;
+  shownId = undefined;
+  if (old?.isRunning()) { // stop() throws on a client that failed to start
+    await old.stop();
+  }
+  // Recreated rather than client.restart(): serverPath and serverArgs are read
+  // when the client is built.
+  await start();
+}
+
+async function start(): Promise<void> {
+  client = createClient();
+  try {
+    await client.start();
+  } catch (error) {
+    // Keep the extension (and its commands) alive, so that fixing the setting
+    // restarts the server.
+    void vscode.window.showErrorMessage(
+      `assistd: could not start "${config().get('serverPath')}" (${String(error)}). ` +
+        'Set assistd.serverPath to the assistd program; the "assistd" output has its log.');
+  }
+}
+
+async function showStats(): Promise<void> {
+  if (!client?.isRunning()) {
+    void vscode.window.showWarningMessage('assistd: the server is not running (see the "assistd" output).');
+    return;
+  }
+  // Sent directly: the client already registers the VS Code command
+  // `assistd.stats` for the server's executeCommandProvider, so this
+  // extension's own command needs another name.
+  const stats: unknown = await client.sendRequest(ExecuteCommandRequest.type, {
+    command: 'assistd.stats',
+    arguments: [],
+  });
+  const document = await vscode.workspace.openTextDocument({
+    language: 'json',
+    content: JSON.stringify(stats, null, 2) + '\n',
+  });
+  await vscode.window.showTextDocument(document, { preview: true });
+}
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  context.subscriptions.push(
+    vscode.commands.registerCommand('assistd.showStats', showStats),
+    vscode.commands.registerCommand('assistd.restart', restart),
+    vscode.window.onDidChangeActiveTextEditor(() => setShown(undefined)),
+    vscode.workspace.onDidChangeConfiguration(async (event) => {
+      if (event.affectsConfiguration('assistd.serverPath') || event.affectsConfiguration('assistd.serverArgs')) {
+        await restart();
+      } else if (event.affectsConfiguration('assistd') && client?.isRunning()) {
+        // Sent by hand rather than through `synchronize.configurationSection`,
+        // which would also send serverPath and serverArgs.
+        await client.sendNotification(DidChangeConfigurationNotification.type, {
+          settings: { assistd: serverSettings() },
+        });
+      }
+    }),
+  );
+  await start();
+}
+
+export async function deactivate(): Promise<void> {
+  if (client?.isRunning()) {
+    await client.stop();
+  }
+}
