@@ -175,10 +175,13 @@ def build_server(settings: Settings | None = None) -> AssistdServer:
         pos = params.position
         # An older client filters items by the word before the cursor: the edit starts
         # at the cursor and is always re-requested (isIncomplete) as the user types.
+        # A snippet, escaped: Neovim 0.11 inserts a plain-text item only up to its
+        # first whitespace (seen with its popup completion).
+        snippet = s.text.replace("\\", "\\\\").replace("$", "\\$").replace("}", "\\}")
         return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
             label=first.strip()[:80] or s.text, kind=types.CompletionItemKind.Text,
-            detail="assistd", insert_text_format=types.InsertTextFormat.PlainText,
-            text_edit=types.TextEdit(types.Range(pos, pos), s.text), filter_text="",
+            detail="assistd", insert_text_format=types.InsertTextFormat.Snippet,
+            text_edit=types.TextEdit(types.Range(pos, pos), snippet), filter_text="",
             sort_text="0", command=_item_command(s))])
 
     @server.command(ACCEPTED)

@@ -299,3 +299,4 @@ async def test_completion_for_older_clients(db, repo):
     assert res.is_incomplete and len(res.items) == 1
     item = res.items[0]
     assert item.text_edit.new_text.startswith("\ndef f4():") and item.label == "def f4():"
+    assert item.insert_text_format == types.InsertTextFormat.Snippet

@@ -206,3 +206,23 @@ def test_tcp_transport_answers_initialize(tmp_path):
 def test_lsp_cli_refuses_bad_transports(args, message):
     r = CliRunner().invoke(cli, ["lsp", *args])
     assert r.exit_code == 2 and message in r.output
+
+
+def test_fim_prompt_layout_when_the_model_declares_fim(completer, tmp_path, monkeypatch):
+    """No installable model here declares FIM tokens (BRIEF §6: SmolLM2 and Gemma 3 270M
+    have none), so the capability is patched on the real Target to check the layout:
+    [BOS], <fim_pre> prefix <fim_suf> suffix <fim_mid> (llama.cpp's infill order)."""
+    t = completer.target
+    assert t.fim_tokens() is None
+    doc = "def area(r):\n    return 3.14 * r * r\n"
+    cut = doc.index("3.14")
+    ctx = prompting.context_at(doc, cut)
+    uri = (tmp_path / "f.py").as_uri()
+    plain = completer._prompt_ids(uri, ctx)
+    head = [t.bos_token_id] if t.add_bos else []  # SmolLM2 does not ask for a BOS
+    assert plain == head + t.tokenize(doc[:cut])
+    monkeypatch.setattr(t, "fim_tokens", lambda: (7, 8, 9))
+    ids = completer._prompt_ids(uri, ctx)
+    assert ids == [*head, 7, *t.tokenize(doc[:cut]), 8, *t.tokenize(doc[cut:]), 9]
+    completer.settings = Settings(fim="off", max_prompt_tokens=96, max_tokens=8)
+    assert completer._prompt_ids(uri, ctx) == plain
