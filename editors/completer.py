@@ -31,6 +31,7 @@ log = logging.getLogger("assistd.lsp")
 MAX_BUFFER_CHARS = 1_000_000  # an open buffer larger than this is not drafted from
 PENDING_SUGGESTIONS = 256  # suggestions remembered for telemetry (most recent)
 BUFFER_ID_BASE = -1  # open buffers get negative ids: store documents are positive
+BUFFER_REFRESH_S = 1.0  # the document being typed in is re-tokenized at most this often
 
 
 @dataclass
@@ -116,7 +117,8 @@ class Completer:
         self.counters = Counters()
         self.target = self.store = self.tuner = self.index = self.suggestions = None
         self._scopes: dict[str, bool] = {}  # scope root -> indexed (history usable)
-        self._buffers: dict[str, tuple[int, str, str]] = {}  # uri -> (doc id, scope, sha)
+        # uri -> (doc id, scope, sha1 of the text, monotonic time it was tokenized)
+        self._buffers: dict[str, tuple[int, str, str, float]] = {}
         self._next_buffer_id = BUFFER_ID_BASE
         self._windows: dict[str, int] = {}  # uri -> prompt window start (chars of prefix)
         self._last: dict[str, _Last] = {}
@@ -205,21 +207,26 @@ class Completer:
         self._windows.pop(uri, None)
         self._last.pop(uri, None)
 
-    def _sync_buffers(self, scope: str, buffers: dict[str, str]) -> None:
-        """Open buffers of ``scope`` as history documents (tokenized when changed)."""
+    def _sync_buffers(self, scope: str, buffers: dict[str, str], current: str) -> None:
+        """Open buffers of ``scope`` as history documents (tokenized when changed). The
+        document being typed in (``current``) is re-tokenized at most every
+        ``BUFFER_REFRESH_S``: not the whole file on every keystroke."""
         for uri, text in buffers.items():
             if len(text) > MAX_BUFFER_CHARS:
                 continue
             path = uri_path(uri)
             if path is None or not str(path).startswith(scope.rstrip("/") + "/"):
                 continue
-            sha = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
             entry = self._buffers.get(uri)
-            if entry is not None and entry[2] == sha and self.index.has(entry[0]):
+            fresh = entry is not None and self.index.has(entry[0])
+            if fresh and uri == current and time.monotonic() - entry[3] < BUFFER_REFRESH_S:
+                continue  # the text near the cursor is in the prompt anyway
+            sha = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+            if fresh and entry[2] == sha:
                 continue
             doc_id = entry[0] if entry else self._new_buffer_id()
             self.index.put(scope, doc_id, self.target.tokenize(text), name=f"buffer:{path.name}")
-            self._buffers[uri] = (doc_id, scope, sha)
+            self._buffers[uri] = (doc_id, scope, sha, time.monotonic())
 
     def _new_buffer_id(self) -> int:
         self._next_buffer_id -= 1
@@ -245,7 +252,7 @@ class Completer:
         s = self.settings
         scope = self.scope_of(req.uri)
         if scope is not None:
-            self._sync_buffers(scope, {**req.buffers, req.uri: req.text})
+            self._sync_buffers(scope, {**req.buffers, req.uri: req.text}, req.uri)
         ids = self._prompt_ids(req.uri, ctx)
         proposer, ceiling, k = None, None, 0
         name = s.proposer if s.k != 0 else "none"
