@@ -136,7 +136,9 @@ async def run_config(work, proposer: str, args) -> dict:
             (repo / h.name).write_text(h.read_text())
         k = args.k if args.k == "auto" else int(args.k)
         async with lsp_session(Path(tmp) / "history.db", root=repo,
-                               settings={"proposer": proposer, "k": k}) as (client, _):
+                               settings={"proposer": proposer, "k": k,
+                                         "maxLatencyMs": args.max_latency_ms,
+                                         "maxPromptTokens": args.max_prompt_tokens}) as (client, _):
             uri = open_doc(client, repo / path.name, doc)
             line, char = a - 1, utf16(lines[a - 1])
             t0 = time.perf_counter()
@@ -203,7 +205,8 @@ async def run_config(work, proposer: str, args) -> dict:
     reuse_den = d["prompt_tokens_reused"] + d["prompt_tokens_evaluated"]
     p50, p95 = pct(single, 0.5), pct(single, 0.95)
     return {
-        "proposer": proposer, "k": args.k, "keystrokes": len(keys), "bursts": len(bursts),
+        "proposer": proposer, "k": args.k, "max_latency_ms": args.max_latency_ms,
+        "max_prompt_tokens": args.max_prompt_tokens, "keystrokes": len(keys), "bursts": len(bursts),
         "typing_s": round(typing_s, 1), "warmup_ms": round(warmup_ms),
         "timeouts": sum(b["ms"] == math.inf for b in bursts),
         "errors": errors, "server_messages": messages,
@@ -262,6 +265,10 @@ def main():
                     help="repeatable: one fresh server each, in order [default: suffix]")
     ap.add_argument("--k", default="auto", help="draft ceiling, or auto (the tuner)")
     ap.add_argument("--lines", type=int, default=30, help="lines re-typed")
+    ap.add_argument("--max-latency-ms", type=int, default=250,
+                    help="the server's time budget per suggestion (setting maxLatencyMs; 0 = none)")
+    ap.add_argument("--max-prompt-tokens", type=int, default=1024,
+                    help="the server's prompt window (setting maxPromptTokens)")
     ap.add_argument("--interval-ms", type=float, default=100)
     ap.add_argument("--pause-prob", type=float, default=0.3, help="a burst ends at a word's end")
     ap.add_argument("--history-files", type=int, default=6)

@@ -92,11 +92,39 @@ class Counters:
     cancelled_during: int = 0
     tokens_generated: int = 0
     tokens_cancelled: int = 0  # committed by generations cancelled before they finished
+    budget_cuts: int = 0  # suggestions ended by the time budget (maxLatencyMs)
     prompt_tokens_reused: int = 0
     prompt_tokens_evaluated: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def _with_budget(stop, budget_ms: int, start: float):
+    """``stop`` (the boundary rule) plus a time budget: ``budget_ms`` after ``start``
+    (perf_counter s, the request's arrival) the suggestion ends at its last word
+    boundary (an unfinished identifier is dropped unless it is all there is). A late
+    suggestion is worth less than a short one (llama.vim's ``t_max_predict_ms``)."""
+    if not budget_ms:
+        return stop
+    deadline = start + budget_ms / 1000
+
+    def word(ch: str) -> bool:
+        return ch.isalnum() or ch == "_"
+
+    def check(text: str) -> int | None:
+        cut = stop(text)
+        if cut is not None or time.perf_counter() < deadline:
+            return cut
+        check.budget_hit = True
+        body = text.rstrip()
+        i = len(body)
+        while i > 0 and word(body[i - 1]):
+            i -= 1
+        return i if i < len(body) and body[:i].strip() else len(body)
+
+    check.budget_hit = False
+    return check
 
 
 def uri_path(uri: str) -> Path | None:
@@ -117,6 +145,7 @@ class Completer:
         self.counters = Counters()
         self.target = self.store = self.tuner = self.index = self.suggestions = None
         self._scopes: dict[str, bool] = {}  # scope root -> indexed (history usable)
+        self._used: dict[str, float] = {}  # scope -> when mark_used last wrote
         # uri -> (doc id, scope, sha1 of the text, monotonic time it was tokenized)
         self._buffers: dict[str, tuple[int, str, str, float]] = {}
         self._next_buffer_id = BUFFER_ID_BASE
@@ -185,7 +214,9 @@ class Completer:
             self._scopes[scope] = usable
         if not self._scopes[scope]:
             return None
-        self.store.mark_used(scope)
+        if time.monotonic() - self._used.get(scope, -1e9) > 60:
+            self.store.mark_used(scope)  # eviction order; a write, so not every keystroke
+            self._used[scope] = time.monotonic()
         self.index.ensure(self.store, scope, self.target.fingerprint)
         return scope
 
@@ -268,9 +299,11 @@ class Completer:
                 k, ceiling = K_MAX, self.tuner.policy(name, req.language)
             else:
                 k = int(s.k)
+        stop = _with_budget(prompting.stop_at(ctx), s.max_latency_ms, t0)
         gen = generate(self.target, ids, proposer, max_tokens=s.max_tokens, k=k,
                        scope=scope, language=req.language, ceiling=ceiling,
-                       stop_at=prompting.stop_at(ctx), cancelled=req.cancel.is_set)
+                       stop_at=stop, cancelled=req.cancel.is_set)
+        self.counters.budget_cuts += int(getattr(stop, "budget_hit", False))
         self.tuner.record(scope, req.language, name, gen.ledger)
         c = self.counters
         c.generations += 1

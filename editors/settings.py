@@ -32,6 +32,9 @@ class Settings:
     max_prompt_tokens: prompt window before the cursor, tokens (``maxPromptTokens``).
     max_suffix_chars:  text after the cursor given to a FIM model, characters (``maxSuffixChars``).
     fim:               "auto" (FIM when the model declares FIM tokens) or "off" (``fim``).
+    max_latency_ms:    generation time budget per suggestion, ms; when it runs out the
+                       suggestion is what was generated, cut at a word boundary; 0 = none
+                       (``maxLatencyMs``; like llama.vim's ``t_max_predict_ms``).
     db:                history SQLite file; None = the default (``db``).
     enabled:           serve suggestions at all (``enabled``).
     telemetry:         store shown/accepted/dismissed events locally (``telemetry``).
@@ -46,6 +49,7 @@ class Settings:
     max_prompt_tokens: int = 1024
     max_suffix_chars: int = 2000
     fim: str = "auto"
+    max_latency_ms: int = 250
     db: str | None = None
     enabled: bool = True
     telemetry: bool = True
@@ -97,6 +101,8 @@ def _check(name: str, value: Any) -> Any:
         return integer(1, 1024)
     if name == "max_prompt_tokens":
         return integer(16, 1 << 20)
+    if name == "max_latency_ms":
+        return integer(0, 60_000)
     if name == "max_suffix_chars":
         return integer(0, 1 << 20)
     if name == "fim":

@@ -29,7 +29,9 @@ async def lsp_session(db: Path, *, encodings=None, settings=None, root: Path | N
             inline_completion=types.InlineCompletionClientCapabilities(),
             synchronization=types.TextDocumentSyncClientCapabilities(did_save=True)),
         workspace=types.WorkspaceClientCapabilities(configuration=True))
-    opts = {"assistd": {"db": str(db), **(settings or {})}}
+    # No time budget unless a test sets one: exact expected suggestions must not depend
+    # on how busy the machine is.
+    opts = {"assistd": {"db": str(db), "maxLatencyMs": 0, **(settings or {})}}
     try:
         result = await client.initialize_session(types.InitializeParams(
             capabilities=caps, initialization_options=opts,

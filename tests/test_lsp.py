@@ -291,6 +291,15 @@ async def test_missing_model_is_reported_once(db, repo, tmp_path):
     assert len(errors) == 1 and "none.gguf" in errors[0]
 
 
+async def test_time_budget_shortens_the_suggestion(db, repo):
+    async with lsp_session(db, root=repo, settings={"maxLatencyMs": 1}) as (client, _):
+        uri = open_doc(client, repo / "budget.py", PATTERN)
+        s = await inline(client, uri, 9, 0)
+        st = (await stats(client))["server"]
+    assert st["budget_cuts"] == 1
+    assert s is None or len(s) < len("\ndef f4():\n    return 4")
+
+
 async def test_completion_for_older_clients(db, repo):
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "old.py", PATTERN)

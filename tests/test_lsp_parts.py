@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -226,3 +227,21 @@ def test_fim_prompt_layout_when_the_model_declares_fim(completer, tmp_path, monk
     assert ids == [*head, 7, *t.tokenize(doc[:cut]), 8, *t.tokenize(doc[cut:]), 9]
     completer.settings = Settings(fim="off", max_prompt_tokens=96, max_tokens=8)
     assert completer._prompt_ids(uri, ctx) == plain
+
+
+def test_time_budget_cuts_at_a_word_boundary():
+    from editors.completer import _with_budget
+
+    def never(text):
+        return None
+
+    late = _with_budget(never, 50, start=time.perf_counter() - 1.0)  # already over budget
+    assert late("return self.val") == len("return self.")
+    assert late("x = compute(a, ") == len("x = compute(a,")  # trailing space dropped
+    assert late("identifier") == len("identifier")  # one word: all there is
+    assert late.budget_hit
+    early = _with_budget(never, 60_000, start=time.perf_counter())
+    assert early("return self.val") is None and not early.budget_hit
+    assert _with_budget(never, 0, start=0.0) is never  # 0 = no budget
+    boundary = _with_budget(lambda t: 3 if len(t) > 3 else None, 50, start=0.0)
+    assert boundary("abcdef") == 3  # the boundary rule wins
