@@ -15,7 +15,7 @@ import {
 // server warns about keys it does not know.
 const SERVER_KEYS = [
   'model', 'backend', 'proposer', 'k', 'maxTokens', 'maxPromptTokens',
-  'maxSuffixChars', 'nCtx', 'fim', 'db', 'enabled', 'telemetry',
+  'maxSuffixChars', 'maxLatencyMs', 'nCtx', 'fim', 'db', 'enabled', 'telemetry',
 ] as const;
 
 // The command the server puts on each inline item; VS Code runs it (through the
