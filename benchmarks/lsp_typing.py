@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/lsp_typing.py [--proposer suffix --proposer none] [--k auto]
         [--lines 30] [--interval-ms 100] [--pause-prob 0.3] [--seed 0] [--json FILE]
+        [--max-latency-ms 250] [--max-prompt-tokens 1024]
 
 The issue's goal: on this CPU with the embedded model, a 2,000-token Python file,
 keystrokes every 100 ms, the time from the last keystroke to a single-line suggestion is

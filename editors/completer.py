@@ -18,7 +18,6 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from assistd.engine import generate
 from assistd.ledger import Ledger
@@ -128,11 +127,19 @@ def _with_budget(stop, budget_ms: int, start: float):
 
 
 def uri_path(uri: str) -> Path | None:
-    """The file path of a ``file:`` URI, else None (untitled buffers, remote schemes)."""
-    u = urlparse(uri)
-    if u.scheme != "file":
+    """The file path of a decoded ``file:`` URI (as pygls keys documents: ``%20`` already
+    a space), else None (untitled buffers, remote schemes). The host part is ignored.
+
+    >>> uri_path("file:///tmp/my file#1.py"), uri_path("untitled:Untitled-1")
+    (PosixPath('/tmp/my file#1.py'), None)
+    """
+    if not uri.startswith("file:"):
         return None
-    return Path(unquote(u.path))
+    rest = uri[len("file:"):]
+    if rest.startswith("//"):
+        rest = rest[2:]
+        rest = rest[rest.find("/"):] if "/" in rest else "/"
+    return Path(rest)
 
 
 class Completer:

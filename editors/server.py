@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -67,6 +69,11 @@ class AssistdServer(LanguageServer):
             self._reported.add(msg)
             self.window_show_message(types.ShowMessageParams(types.MessageType.Error, msg))
 
+    def report_server_error(self, error: Exception, source) -> None:
+        """pygls's out-of-band errors (a malformed notification, didChange for a document
+        never opened) go to the log, not a popup per keystroke; ours go via :meth:`report`."""
+        log.warning("protocol error (%s): %s", getattr(source, "__name__", source), error)
+
     def warn(self, messages: list[str]) -> None:
         for m in messages:
             log.warning("%s", m)
@@ -86,18 +93,19 @@ class AssistdServer(LanguageServer):
         failed: failures reach the user through :meth:`report`). Raises
         JsonRpcInvalidParams for an unknown document or a position outside it."""
         docs = self.workspace.text_documents
+        uri = unquote(uri)  # pygls keys documents by the decoded URI (VS Code sends %20, c%3A)
         if uri not in docs:
             raise JsonRpcInvalidParams.of(ValueError(f"document {uri} is not open (didOpen first)"))
         if not self.settings.enabled:
             return None
         doc = docs[uri]
-        text = doc.source
+        text = _valid(doc.source)
         try:
             offset = offset_at(text, position, self.workspace.position_encoding or "utf-16")
         except PositionError as e:
             raise JsonRpcInvalidParams.of(e) from None
         req = Request(uri=uri, text=text, offset=offset, language=doc.language_id or "plaintext",
-                      buffers={u: d.source for u, d in docs.items() if u != uri})
+                      buffers={u: _valid(d.source) for u, d in docs.items() if u != uri})
         older = self.latest.get(uri)
         if older is not None:
             older.cancel.set()  # latest wins
@@ -114,6 +122,21 @@ class AssistdServer(LanguageServer):
             if self.latest.get(uri) is req:
                 del self.latest[uri]
         return result if result.text else None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid(text: str) -> str:
+    """Lone UTF-16 surrogates (a client may send them) become U+FFFD: same offsets,
+    and the tokenizer, which needs valid UTF-8, does not fail on every request."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def _snippets(caps: types.ClientCapabilities | None) -> bool:
+    item = getattr(getattr(getattr(caps, "text_document", None), "completion", None),
+                   "completion_item", None)
+    return bool(getattr(item, "snippet_support", False))
 
 
 def _item_command(s: Suggestion) -> types.Command:
@@ -147,11 +170,11 @@ def build_server(settings: Settings | None = None) -> AssistdServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: AssistdServer, params: types.DidSaveTextDocumentParams):
-        ls.submit(ls.completer.reindex, params.text_document.uri)
+        ls.submit(ls.completer.reindex, unquote(params.text_document.uri))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: AssistdServer, params: types.DidCloseTextDocumentParams):
-        uri = params.text_document.uri
+        uri = unquote(params.text_document.uri)
         if (req := ls.latest.pop(uri, None)) is not None:
             req.cancel.set()
         ls.submit(ls.completer.drop_buffer, uri)
@@ -175,13 +198,16 @@ def build_server(settings: Settings | None = None) -> AssistdServer:
         pos = params.position
         # An older client filters items by the word before the cursor: the edit starts
         # at the cursor and is always re-requested (isIncomplete) as the user types.
-        # A snippet, escaped: Neovim 0.11 inserts a plain-text item only up to its
-        # first whitespace (seen with its popup completion).
-        snippet = s.text.replace("\\", "\\\\").replace("$", "\\$").replace("}", "\\}")
+        # A snippet (escaped) where the client takes snippets: Neovim 0.11 inserts a
+        # plain-text item only up to its first whitespace (seen with its popup menu).
+        text, fmt = s.text, types.InsertTextFormat.PlainText
+        if _snippets(ls.client_capabilities):
+            text = text.replace("\\", "\\\\").replace("$", "\\$").replace("}", "\\}")
+            fmt = types.InsertTextFormat.Snippet
         return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
             label=first.strip()[:80] or s.text, kind=types.CompletionItemKind.Text,
-            detail="assistd", insert_text_format=types.InsertTextFormat.Snippet,
-            text_edit=types.TextEdit(types.Range(pos, pos), snippet), filter_text="",
+            detail="assistd", insert_text_format=fmt,
+            text_edit=types.TextEdit(types.Range(pos, pos), text), filter_text="",
             sort_text="0", command=_item_command(s))])
 
     @server.command(ACCEPTED)
@@ -219,6 +245,12 @@ def build_server(settings: Settings | None = None) -> AssistdServer:
     def shutdown(ls: AssistdServer, params):
         for req in ls.latest.values():
             req.cancel.set()
+        # Cancel pending requests here, over a copy: pygls 2.1 cancels them while
+        # iterating the dict their callbacks pop from ("dictionary changed size").
+        current = ls.protocol.msg_id
+        for msg_id, fut in list(ls.protocol._request_futures.items()):
+            if msg_id != current and not fut.done():
+                fut.cancel()
         ls.worker.submit(ls.completer.close).result(timeout=30)
 
     return server

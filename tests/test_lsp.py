@@ -308,4 +308,32 @@ async def test_completion_for_older_clients(db, repo):
     assert res.is_incomplete and len(res.items) == 1
     item = res.items[0]
     assert item.text_edit.new_text.startswith("\ndef f4():") and item.label == "def f4():"
-    assert item.insert_text_format == types.InsertTextFormat.Snippet
+    # This client does not take snippets: plain text (a snippet-capable one gets an escaped snippet).
+    assert item.insert_text_format == types.InsertTextFormat.PlainText
+
+
+async def test_percent_encoded_uri_is_the_open_document(db, repo):
+    # VS Code sends file URIs percent-encoded (spaces, non-ASCII, c%3A on Windows).
+    async with lsp_session(db, root=repo) as (client, _):
+        uri = open_doc(client, repo / "my file é.py", PATTERN)
+        assert "%20" in uri and "%C3%A9" in uri
+        assert await inline(client, uri, 9, 0)
+        client.text_document_did_close(types.DidCloseTextDocumentParams(
+            types.TextDocumentIdentifier(uri=uri)))
+        state = (await stats(client))["server"]
+    assert state["buffers_indexed"] == 0 and state["prompt_windows"] == 0
+
+
+async def test_shutdown_with_requests_in_flight_answers_cleanly(db, repo):
+    text = "".join(f"{i}. item number {i}\n" for i in range(1, 9))
+    async with lsp_session(db, root=repo, settings={"maxTokens": 200, "k": 0}) as (client, _):
+        uri = open_doc(client, repo / "sd.md", text, language="markdown")
+        pending = [asyncio.ensure_future(inline(client, uri, 8, 0))]
+        pending += [asyncio.ensure_future(stats(client)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        assert await client.shutdown_async(None) is None  # no "dictionary changed size"
+        done = await asyncio.gather(*pending, return_exceptions=True)
+        client.exit(None)
+        client.capabilities = None  # exit sent: the session helper must not shut down again
+    assert len(done) == 4 and all(r is None or isinstance(r, (dict, str, JsonRpcRequestCancelled))
+                                  for r in done)

@@ -245,3 +245,11 @@ def test_time_budget_cuts_at_a_word_boundary():
     assert _with_budget(never, 0, start=0.0) is never  # 0 = no budget
     boundary = _with_budget(lambda t: 3 if len(t) > 3 else None, 50, start=0.0)
     assert boundary("abcdef") == 3  # the boundary rule wins
+
+
+def test_lone_surrogates_become_replacement_characters():
+    from editors.server import _valid
+
+    assert _valid("x = '\ud800'\n") == "x = '\ufffd'\n"
+    text = "ok 😋"
+    assert _valid(text) is text  # nothing to do: not even a copy
