@@ -21,8 +21,9 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from assistd import __version__
 from assistd.errors import AssistdError
@@ -39,12 +40,28 @@ PARTIAL = "assistd/didPartiallyAcceptCompletion"
 DISMISSED = "assistd/didDismissCompletion"
 
 
+class _Protocol(LanguageServerProtocol):
+    """pygls's protocol, except that a request whose params do not deserialize (a
+    negative or non-integer position, ``position: null``) is answered InvalidParams:
+    pygls only logs it, and the client would wait for an answer forever."""
+
+    def structure_message(self, data):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException:
+            if isinstance(data, dict) and "method" in data and data.get("id") is not None:
+                self._send_response(data["id"], error=JsonRpcInvalidParams(
+                    f"invalid params for {data['method']}").to_response_error())
+            raise
+
+
 class AssistdServer(LanguageServer):
     """The server object: pygls's LanguageServer plus the worker and per-document jobs."""
 
     def __init__(self, settings: Settings | None = None):
         super().__init__("assistd", __version__,
-                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=_Protocol)
         self.settings = settings or Settings()
         self.completer = Completer(self.settings)
         # One thread: the Target, its KV cache, SQLite and the index are single-threaded.

@@ -87,7 +87,9 @@ def test_accepted_secret_is_redacted_in_history(store, target):
 
 @pytest.fixture
 def completer(target, tmp_path):
-    c = Completer(Settings(db=str(tmp_path / "c.db"), max_prompt_tokens=96, max_tokens=8))
+    # No time budget: what a test expects must not depend on how busy the machine is.
+    c = Completer(Settings(db=str(tmp_path / "c.db"), max_prompt_tokens=96, max_tokens=8,
+                           max_latency_ms=0))
     c.target = target  # the session's loaded Target; the rest opens as in the server
     c.open()
     yield c
@@ -193,6 +195,13 @@ def test_tcp_transport_answers_initialize(tmp_path):
             assert caps["positionEncoding"] == "utf-16" and "inlineCompletionProvider" in caps
             assert set(caps["executeCommandProvider"]["commands"]) == {"assistd.accepted", "assistd.stats"}
             assert out["result"]["serverInfo"]["name"] == "assistd"
+            # Params that do not deserialize still get their one answer: InvalidParams.
+            for i, position in enumerate([{"line": -1, "character": 0}, None, {"line": 1}]):
+                bad = _rpc(sock, {"jsonrpc": "2.0", "id": 10 + i,
+                                  "method": "textDocument/inlineCompletion", "params": {
+                                      "textDocument": {"uri": "file:///x.py"}, "position": position,
+                                      "context": {"triggerKind": 1}}})
+                assert bad["id"] == 10 + i and bad["error"]["code"] == -32602
     finally:
         proc.kill()
         proc.wait()
@@ -225,7 +234,7 @@ def test_fim_prompt_layout_when_the_model_declares_fim(completer, tmp_path, monk
     monkeypatch.setattr(t, "fim_tokens", lambda: (7, 8, 9))
     ids = completer._prompt_ids(uri, ctx)
     assert ids == [*head, 7, *t.tokenize(doc[:cut]), 8, *t.tokenize(doc[cut:]), 9]
-    completer.settings = Settings(fim="off", max_prompt_tokens=96, max_tokens=8)
+    completer.settings = Settings(fim="off", max_prompt_tokens=96, max_tokens=8, max_latency_ms=0)
     assert completer._prompt_ids(uri, ctx) == plain
 
 
