@@ -74,9 +74,16 @@ class AssistdServer(LanguageServer):
         return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
 
     def submit(self, fn, *args) -> None:
-        """Fire-and-forget engine work (telemetry, re-indexing); errors are logged."""
+        """Fire-and-forget engine work (telemetry, re-indexing, loading); call it on the
+        event loop. An error is reported back on the loop: the transport is not thread-safe."""
+        loop = asyncio.get_running_loop()
         fut = self.worker.submit(fn, *args)
-        fut.add_done_callback(lambda f: f.exception() and self.report(f.exception()))
+
+        def done(f) -> None:
+            if f.exception() is not None:
+                loop.call_soon_threadsafe(self.report, f.exception())
+
+        fut.add_done_callback(done)
 
     def report(self, error: BaseException) -> None:
         """An error the user must see: ``window/showMessage`` once per message, and the log."""
