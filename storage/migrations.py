@@ -180,21 +180,33 @@ def migrate(db: sqlite_utils.Database) -> list[str]:
             f"{db.conn.execute('pragma database_list').fetchone()[2]} is not an assistd "
             "history database (it has other tables); pass --db FILE with a new or assistd file"
         )
-    db["_assistd_migrations"].create(
-        {"name": str, "applied_utc": float}, pk="name", if_not_exists=True
-    )
-    done = {row["name"] for row in db["_assistd_migrations"].rows}
-    unknown = done - {name for name, _ in MIGRATIONS}
-    if unknown:
-        raise HistoryError(
-            f"the history database was written by a newer assistd (migrations "
-            f"{', '.join(sorted(unknown))}); upgrade assistd or pass --db FILE"
+    # One write transaction (SQLite DDL is transactional): a kill mid-way leaves the file
+    # as it was, never half a schema. IMMEDIATE takes the write lock before reading which
+    # migrations are done, so two processes opening a new file do not race.
+    conn = db.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        db["_assistd_migrations"].create(
+            {"name": str, "applied_utc": float}, pk="name", if_not_exists=True
         )
-    applied = []
-    for name, fn in MIGRATIONS:
-        if name in done:
-            continue
-        fn(db)
-        db["_assistd_migrations"].insert({"name": name, "applied_utc": time.time()}, replace=True)
-        applied.append(name)
+        done = {row["name"] for row in db["_assistd_migrations"].rows}
+        unknown = done - {name for name, _ in MIGRATIONS}
+        if unknown:
+            raise HistoryError(
+                f"the history database was written by a newer assistd (migrations "
+                f"{', '.join(sorted(unknown))}); upgrade assistd or pass --db FILE"
+            )
+        applied = []
+        for name, fn in MIGRATIONS:
+            if name in done:
+                continue
+            fn(db)
+            db["_assistd_migrations"].insert({"name": name, "applied_utc": time.time()},
+                                             replace=True)
+            applied.append(name)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
     return applied

@@ -56,3 +56,31 @@ def test_kill_during_index_leaves_history_consistent(tmp_path):
     assert report["documents"] == 3000
     assert report["unchanged"] >= 50
     assert report["tokenized"] == 3000 - report["unchanged"]
+
+
+def test_interrupted_migrations_leave_no_half_schema(tmp_path, monkeypatch):
+    """Migrations run in one transaction: an interruption after some tables were created
+    (here a migration that fails midway: a kill at that exact moment cannot be aimed)
+    leaves the file without any of them, and the next open applies them all."""
+    import sqlite3
+
+    import pytest
+
+    from storage import migrations
+    from storage.store import HistoryStore
+
+    def broken(db):
+        db["half"].create({"x": int})
+        raise KeyboardInterrupt  # what a kill would interrupt: after DDL, before commit
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS + [("m999_broken", broken)])
+    path = tmp_path / "h.db"
+    with pytest.raises(KeyboardInterrupt):
+        HistoryStore(path)
+    with sqlite3.connect(path) as c:
+        assert c.execute("select name from sqlite_master where type = 'table'").fetchall() == []
+    monkeypatch.undo()
+    s = HistoryStore(path)
+    names = {r[0] for r in s.db.execute("select name from _assistd_migrations")}
+    assert names == {name for name, _ in migrations.MIGRATIONS}
+    s.close()
