@@ -222,6 +222,9 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
     # SIGTERM (a service manager, `kill`) stops as cleanly as Ctrl-C: the batch in hand
     # is committed, the observer joined and the database closed.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGINT too, explicitly: a process started with SIGINT ignored (inherited from its
+    # parent, as under an asyncio test runner) would otherwise never see KeyboardInterrupt.
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         watcher.run(stop)
     except KeyboardInterrupt:
