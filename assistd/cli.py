@@ -607,6 +607,96 @@ def stats(scope, as_json, plot, db):
     print_stats(report)
 
 
+@cli.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="TOML configuration file. [env: ASSISTD_CONFIG; default:"
+                                 " <user config dir>/assistd/config.toml]")
+@click.option("--model", default=None, help="GGUF file of the Target (torch: also a model dir).")
+@click.option("--backend", type=click.Choice(["llama", "torch"]), default=None)
+@click.option("--n-ctx", type=click.IntRange(64), default=None, help="Context window, tokens.")
+@click.option("--db", default=None, help="History database file.")
+@click.option("--repo", "repos", multiple=True, help="Repository to index and watch; repeat.")
+@click.option("--transcripts", multiple=True, help="Transcript file or folder to watch; repeat.")
+@click.option("--agent-transcripts/--no-agent-transcripts", default=None,
+              help="Also watch ~/.claude/projects, ~/.codex/sessions, ~/.gemini/tmp.")
+@click.option("--socket", default=None, help="Unix socket path (created 0600).")
+@click.option("--tcp", default=None, metavar="HOST:PORT",
+              help="Also listen on loopback TCP (bearer token from --token-file).")
+@click.option("--allow-remote", is_flag=True, default=None,
+              help="Allow --tcp on a non-loopback address.")
+@click.option("--token-file", default=None, help="Bearer token file (created 0600 if missing).")
+@click.option("--proposer", default=None, help="Default proposer (suffix, ngram, none).")
+@click.option("--k", default=None, help="Default draft ceiling: auto or 0-64.")
+@click.option("--log-file", default=None, help="Structured (JSON lines) log file.")
+@click.option("--log-level", default=None, type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--print-config", is_flag=True,
+              help="Print the effective configuration (TOML) and where it came from; exit.")
+def serve(config_file, print_config, **flags):
+    """Run the daemon: one Target, the history and the watchers for every client.
+
+    Serves the local API (OpenAI-compatible /v1/completions and /v1/chat/completions,
+    /v1/models, /v1/assistd/stats, /healthz) on a Unix socket, and `assistd
+    complete`, `assistd lsp` and `assistd mcp` use it when it runs. Settings:
+    defaults < config file < ASSISTD_* environment < these flags. SIGTERM or
+    Ctrl-C finishes the request in hand and exits cleanly.
+
+    \b
+    Examples:
+        assistd serve --repo ~/src/myproject
+        assistd serve --tcp 127.0.0.1:8765 --print-config
+        curl --unix-socket "$(assistd serve --print-config | sed -n 's/^socket_path = //p' | tr -d '\"')" http://x/v1/models
+    """
+    from assistd.config import load_config
+
+    config, sources = load_config(config_file, flags)
+    if print_config:
+        click.echo(f"# sources, lowest first: {', '.join(sources)}")
+        click.echo(config.to_toml(), nl=False)
+        click.echo(f"# derived\nsocket_path = {json.dumps(str(config.socket_path()))}")
+        click.echo(f"log_path = {json.dumps(str(config.log_path()))}")
+        if config.tcp:
+            click.echo(f"token_path = {json.dumps(str(config.token_path()))}")
+        return
+    from assistd.daemon import serve as run
+
+    run(config)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(as_json):
+    """What the daemon is doing: model, queue, requests, watcher, memory.
+
+    Exit code 1 when no daemon answers.
+
+    \b
+    Example:
+        assistd status --json
+    """
+    from assistd.client import find_daemon, socket_path
+
+    client = find_daemon()
+    if client is None:
+        if as_json:
+            click.echo(json.dumps({"running": False, "socket": str(socket_path())}))
+        else:
+            click.echo(f"no daemon answers on {socket_path()}; start one with `assistd serve`")
+        sys.exit(1)
+    st = client.get("/v1/assistd/status")
+    if as_json:
+        click.echo(json.dumps({"running": True, "socket": str(client.path), **st}))
+        return
+    click.echo(f"daemon on {client.path}: {st['model']} ({st['target']['backend']},"
+               f" n_ctx {st['target']['n_ctx']}), up {st['uptime_s']:.0f} s,"
+               f" max RSS {st['max_rss_mb']} MB")
+    click.echo(f"requests: {st['requests']}; tokens generated {st['tokens_generated']}")
+    click.echo(f"running: {', '.join(st['running']) or 'idle'}; queued: {len(st['queued'])};"
+               f" preemptions {st['scheduler']['preemptions']}")
+    w = st.get("watcher") or {}
+    click.echo(f"watcher: {w.get('state', 'n/a')}, {w.get('batches', 0)} batches"
+               + (f"; error: {w['error']}" if w.get("error") else ""))
+
+
 class _HostPort(click.ParamType):
     """--tcp: HOST:PORT (IPv6 as [::1]:PORT)."""
 

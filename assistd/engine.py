@@ -94,6 +94,7 @@ def generate(
     ceiling: Callable[[], int] | None = None,
     stop_at: Callable[[str], int | None] | None = None,
     cancelled: Callable[[], bool] | None = None,
+    between_rounds: Callable[[], bool] | None = None,
 ) -> Generation:
     """Decode up to ``max_tokens`` tokens after ``prompt`` (token ids, non-empty).
 
@@ -116,6 +117,11 @@ def generate(
     an editor's end-of-line / end-of-block boundary. ``cancelled`` is polled before
     every step (one Target call): when it returns True the loop ends with stop_reason
     ``"cancelled"``, so a cancelled request costs at most one more round.
+    ``between_rounds``, when given, is called before every step too; it may use the
+    Target for other work (a more urgent request, :meth:`assistd.scheduler.Scheduler.preempt`)
+    and returns True if it did: the KV cache is then restored to the committed tokens
+    (prefix reuse, re-evaluating what the other work evicted) before the step, so the
+    output is the same as without the interruption.
     """
     if not prompt:
         raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
@@ -151,6 +157,9 @@ def generate(
         if cancelled is not None and cancelled():
             stop_reason = "cancelled"
             break
+        if between_rounds is not None and between_rounds():
+            kept = target.reuse_prefix(ctx[: n - 1].tolist())
+            target.evaluate(ctx[kept : n - 1].tolist(), [])
         room = target.n_ctx - n  # batch positions n-1 .. n-1+k must be < n_ctx
         if room < 0:
             stop_reason = "n_ctx"

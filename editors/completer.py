@@ -147,8 +147,11 @@ class Completer:
     :class:`assistd.errors.AssistdError` (model missing, bad database) from the
     first call that needs the part that fails."""
 
-    def __init__(self, settings: Settings | None = None):
+    def __init__(self, settings: Settings | None = None, shared=None):
         self.settings = settings or Settings()
+        # The daemon's :class:`assistd.service.Service`: its Target, store, tuner and
+        # index serve every editor session (settings' model/backend/db are its own).
+        self.shared = shared
         self.counters = Counters()
         self.target = self.store = self.tuner = self.index = self.suggestions = None
         self._scopes: dict[str, bool] = {}  # scope root -> indexed (history usable)
@@ -164,7 +167,7 @@ class Completer:
 
     def configure(self, settings: Settings) -> None:
         """New settings; a changed model, backend, n_ctx or db reopens those parts."""
-        if settings.engine_key() != self.settings.engine_key():
+        if settings.engine_key() != self.settings.engine_key() and self.shared is None:
             self.close()
         self.settings = settings
         self._last.clear()
@@ -178,6 +181,11 @@ class Completer:
         from storage.suggestions import SuggestionStore
 
         s = self.settings
+        if self.shared is not None:
+            sh = self.shared
+            self.store, self.target, self.tuner = sh.store, sh.target, sh.tuner
+            self.index, self.suggestions = sh.index, sh.suggestions
+            return
         if self.store is None:
             self.store = open_store(Path(s.db) if s.db else None)
             self.suggestions = SuggestionStore(self.store)
@@ -192,6 +200,13 @@ class Completer:
             self._buffers.clear()
 
     def close(self) -> None:
+        if self.shared is not None:  # the parts are the daemon's: drop this session's share
+            for uri in list(self._buffers):
+                self.drop_buffer(uri)
+            self._windows.clear()
+            self._last.clear()
+            self._pending.clear()
+            return
         if self.target is not None:
             self.target.close()
         if self.store is not None:
@@ -267,6 +282,8 @@ class Completer:
             self._buffers[uri] = (doc_id, scope, sha, time.monotonic())
 
     def _new_buffer_id(self) -> int:
+        if self.shared is not None:
+            return self.shared.new_buffer_id()
         self._next_buffer_id -= 1
         return self._next_buffer_id
 

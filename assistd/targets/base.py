@@ -152,5 +152,21 @@ class Target:
         loader recognises); None means prefix-only prompting. Base: None."""
         return None
 
+    def chat_template(self) -> str | None:
+        """The model's Jinja chat template (GGUF ``tokenizer.chat_template``, or the
+        Hugging Face tokenizer's), or None when it declares none. Base: read from
+        the model file when it is a GGUF."""
+        from pathlib import Path
+
+        from assistd.targets.gguf_header import gguf_metadata
+
+        path = Path(self.model_path)
+        if not path.is_file():
+            return None
+        try:
+            return gguf_metadata(path, {"tokenizer.chat_template"}).get("tokenizer.chat_template")
+        except Exception:  # noqa: BLE001 - not a GGUF, or unreadable: no template
+            return None
+
     def close(self) -> None:
         """Release the model and its buffers."""

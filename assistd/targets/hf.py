@@ -128,6 +128,9 @@ class TorchTarget(Target):
         forward_params = inspect.signature(model.forward).parameters  # transformers 5.2x renamed it
         self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
 
+    def chat_template(self) -> str | None:
+        return getattr(self.tokenizer, "chat_template", None) or super().chat_template()
+
     # -- loading ------------------------------------------------------------
 
     def _load_gguf(self, path: Path, torch_dtype):

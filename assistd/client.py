@@ -1,0 +1,87 @@
+"""Talk to a running daemon over its Unix socket (httpx).
+
+The front ends (``assistd complete``, ``assistd lsp``, ``assistd mcp``, ``assistd
+status``) call :func:`find_daemon`: a client when the socket exists and answers
+``/healthz``, else None and they work in-process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+
+from assistd.errors import AssistdError, InputError
+
+
+class DaemonError(AssistdError):
+    """The daemon answered with an error (its message says why), or stopped answering."""
+
+
+def socket_path() -> Path:
+    """The socket the daemon listens on, by the same configuration it reads
+    (``$ASSISTD_SOCKET``, the config file's ``socket``, else the default)."""
+    from assistd.config import Config, load_config
+
+    try:
+        config, _ = load_config()
+    except AssistdError:
+        config = Config(socket=os.environ.get("ASSISTD_SOCKET") or None)
+    return config.socket_path()
+
+
+class DaemonClient:
+    """Requests to the daemon at the Unix socket ``path``; ``timeout`` in seconds
+    (None: wait as long as the generation takes)."""
+
+    def __init__(self, path: Path, timeout: float | None = None):
+        self.path = Path(path)
+        self.http = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.path)),
+                                 base_url="http://assistd", timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            return self.http.get("/healthz", timeout=timeout).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _check(self, r: httpx.Response) -> dict:
+        try:
+            data = r.json()
+        except ValueError:
+            raise DaemonError(f"the daemon answered {r.status_code} without JSON") from None
+        if r.status_code >= 400:
+            msg = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+            cls = InputError if 400 <= r.status_code < 500 else DaemonError
+            raise cls(msg or f"the daemon answered {r.status_code}")
+        return data
+
+    def get(self, path: str, **params) -> dict:
+        try:
+            return self._check(self.http.get(path, params=params or None))
+        except httpx.HTTPError as e:
+            raise DaemonError(f"the daemon on {self.path} stopped answering: {e}") from None
+
+    def post(self, path: str, body: dict, timeout: float | None = None) -> dict:
+        try:
+            kw = {"timeout": timeout} if timeout is not None else {}
+            return self._check(self.http.post(path, json=body, **kw))
+        except httpx.HTTPError as e:
+            raise DaemonError(f"the daemon on {self.path} stopped answering: {e}") from None
+
+
+def find_daemon(path: Path | None = None) -> DaemonClient | None:
+    """A client of the running daemon, or None when there is none (no socket, or
+    nobody answers on it)."""
+    path = path or socket_path()
+    if not path.exists():
+        return None
+    client = DaemonClient(path)
+    if client.healthy():
+        return client
+    client.close()
+    return None

@@ -1,0 +1,205 @@
+"""The daemon's configuration: defaults < TOML file < ``ASSISTD_*`` environment < flags.
+
+The file is ``<user config dir>/assistd/config.toml`` (platformdirs; ``$ASSISTD_CONFIG``
+or ``--config`` name another). Every key is a field of :class:`Config`; the
+environment variable of ``max_history_mb`` is ``ASSISTD_MAX_HISTORY_MB``. Lists
+(``repos``, ``transcripts``) are separated by ``os.pathsep`` in the environment.
+``assistd serve --print-config`` prints the effective result as TOML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import platformdirs
+
+from assistd.errors import InputError
+
+APP = "assistd"
+
+
+def config_dir() -> Path:
+    return Path(platformdirs.user_config_dir(APP, appauthor=False))
+
+
+def runtime_dir() -> Path:
+    """Where the socket lives: ``$XDG_RUNTIME_DIR/assistd`` when there is one, else
+    the user cache dir (platformdirs)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and Path(base).is_dir():
+        return Path(base) / APP
+    return Path(platformdirs.user_cache_dir(APP, appauthor=False)) / "run"
+
+
+def default_config_file() -> Path:
+    env = os.environ.get("ASSISTD_CONFIG")
+    return Path(env).expanduser() if env else config_dir() / "config.toml"
+
+
+@dataclass
+class Config:
+    """Effective daemon settings (units in the field names: _ms, _mb, _bytes)."""
+
+    # Target
+    model: str | None = None  # GGUF path (torch: also a model dir); None = embedded default
+    backend: str = "llama"
+    n_ctx: int = 4096
+    threads: int | None = None
+    n_gpu_layers: int = -1
+    device: str = "auto"
+    dtype: str = "auto"
+    model_name: str | None = None  # the id in /v1/models; None = the model file's stem
+    # speculation
+    proposer: str = "suffix"
+    k: str = "auto"  # "auto" (the tuner) or a number of tokens 0..64
+    # history
+    db: str | None = None
+    repos: list[str] = field(default_factory=list)
+    transcripts: list[str] = field(default_factory=list)
+    agent_transcripts: bool = True  # also ~/.claude/projects, ~/.codex/sessions, ~/.gemini/tmp
+    max_bytes: int = 1_000_000
+    max_history_mb: int = 2048
+    # API
+    socket: str | None = None  # None = <runtime dir>/assistd.sock
+    tcp: str | None = None  # "127.0.0.1:8765" to also listen on loopback TCP
+    allow_remote: bool = False
+    token_file: str | None = None  # None = <config dir>/token
+    max_request_bytes: int = 8_000_000
+    max_tokens_limit: int = 4096  # the most tokens one API request may ask for
+    # logs
+    log_file: str | None = None  # None = <user log dir>/assistd.log
+    log_level: str = "info"
+
+    def socket_path(self) -> Path:
+        return Path(self.socket).expanduser() if self.socket else runtime_dir() / "assistd.sock"
+
+    def token_path(self) -> Path:
+        return Path(self.token_file).expanduser() if self.token_file else config_dir() / "token"
+
+    def log_path(self) -> Path:
+        if self.log_file:
+            return Path(self.log_file).expanduser()
+        return Path(platformdirs.user_log_dir(APP, appauthor=False)) / "assistd.log"
+
+    def tcp_address(self) -> tuple[str, int] | None:
+        if not self.tcp:
+            return None
+        host, sep, port = self.tcp.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InputError(f"tcp = {self.tcp!r} is not HOST:PORT (e.g. 127.0.0.1:8765)")
+        return host, int(port)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_toml(self) -> str:
+        """TOML text of every setting (unset ones as comments)."""
+        lines = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                lines.append(f"# {f.name} = (unset)")
+            else:  # JSON strings, numbers, booleans and arrays are valid TOML values
+                lines.append(f"{f.name} = {json.dumps(v)}")
+        return "\n".join(lines) + "\n"
+
+
+_BOOL = {"1": True, "true": True, "yes": True, "on": True,
+         "0": False, "false": False, "no": False, "off": False}
+
+
+def _coerce(name: str, value, where: str):
+    """A raw value (TOML, env text or flag) -> the field's type, or InputError."""
+    f = {x.name: x for x in fields(Config)}[name]
+    kind = str(f.type)
+    text = isinstance(value, str) and where.startswith("$")
+    try:
+        if "list" in kind:
+            if text:
+                return [p for p in value.split(os.pathsep) if p]
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                raise ValueError("a list of strings")
+            return value
+        if kind.startswith("bool"):
+            if isinstance(value, bool):
+                return value
+            if text and value.lower() in _BOOL:
+                return _BOOL[value.lower()]
+            raise ValueError("true or false")
+        if kind.startswith("int"):
+            if isinstance(value, bool):
+                raise ValueError("an integer")
+            if isinstance(value, int) or (text and value.strip().lstrip("-").isdigit()):
+                return int(value)
+            raise ValueError("an integer")
+        if text and value == "" and "None" in kind:
+            return None
+        if not isinstance(value, str):
+            raise ValueError("a string")
+        return value
+    except ValueError as e:
+        raise InputError(f"{where}: {name} must be {e}, not {value!r}") from None
+
+
+def _validate(c: Config) -> Config:
+    if c.backend not in ("llama", "torch"):
+        raise InputError(f"backend must be llama or torch, not {c.backend!r}")
+    if c.k != "auto" and not (c.k.isdigit() and 0 <= int(c.k) <= 64):
+        raise InputError(f"k must be 'auto' or a number of tokens 0..64, not {c.k!r}")
+    if c.n_ctx < 64:
+        raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
+    for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit"):
+        if getattr(c, name) < 1:
+            raise InputError(f"{name} must be at least 1, not {getattr(c, name)}")
+    if c.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise InputError(f"log_level must be debug, info, warning or error, not {c.log_level!r}")
+    c.tcp_address()
+    return c
+
+
+def load_config(path: Path | None = None, overrides: dict | None = None,
+                environ: dict | None = None) -> tuple[Config, list[str]]:
+    """Defaults < ``path`` (TOML; a missing default file is fine) < ``ASSISTD_*`` <
+    ``overrides`` (flags; None values are ignored).
+
+    Returns ``(config, sources)``: ``sources`` names what was read, for
+    ``--print-config``. Raises :class:`InputError` for an unreadable or malformed
+    file, an unknown key, or a value of the wrong type."""
+    environ = os.environ if environ is None else environ
+    names = [f.name for f in fields(Config)]
+    values: dict = {}
+    sources = ["defaults"]
+    explicit = path is not None or "ASSISTD_CONFIG" in environ
+    path = path if path is not None else default_config_file()
+    if path.exists() or explicit:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"config file {path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read config file {path}: {e}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise InputError(f"config file {path} is not valid TOML: {e}") from None
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise InputError(f"config file {path}: unknown key(s) {', '.join(unknown)};"
+                             f" known: {', '.join(names)}")
+        for k, v in data.items():
+            values[k] = _coerce(k, v, str(path))
+        sources.append(str(path))
+    for name in names:
+        env = f"ASSISTD_{name.upper()}"
+        if env in environ:
+            values[name] = _coerce(name, environ[env], f"${env}")
+            sources.append(f"${env}")
+    for name, v in (overrides or {}).items():
+        if v is not None and v != () and v != []:
+            values[name] = _coerce(name, list(v) if isinstance(v, tuple) else v, f"--{name}")
+            sources.append(f"--{name.replace('_', '-')}")
+    return _validate(Config(**values)), sources

@@ -1,0 +1,286 @@
+"""``assistd serve``: one process owns the Target, the history and the watchers.
+
+Listens on a Unix socket created 0600 inside a 0700 directory, and optionally on
+loopback TCP with a bearer token read from a 0600 file (created with a random token
+when missing). The watcher thread keeps the configured repositories and agent
+transcripts in the history (its own SQLite connection; the engine's index follows
+the store's change log). SIGTERM and SIGINT stop accepting, let the request in
+hand finish (its ledger row is written with it), stop the watcher after its batch,
+close the store and remove the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import stat
+import threading
+import time
+from pathlib import Path
+
+from assistd.config import Config
+from assistd.errors import InputError
+
+log = logging.getLogger("assistd.daemon")
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg (+ exc)."""
+
+    def format(self, record):
+        out = {"ts": round(record.created, 3), "level": record.levelname.lower(),
+               "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(config: Config) -> Path:
+    """Structured (JSON lines) log to the log file, human lines to stderr."""
+    path = config.log_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():  # the log names files and repositories: private, like the history
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    level = getattr(logging, config.log_level.upper())
+    root = logging.getLogger()
+    root.handlers.clear()
+    root.setLevel(level)
+    fh = logging.FileHandler(path)
+    fh.setFormatter(_JsonFormatter())
+    eh = logging.StreamHandler()
+    eh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(fh)
+    root.addHandler(eh)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    return path
+
+
+def read_or_create_token(path: Path) -> str:
+    """The bearer token in ``path`` (0600), created with 32 random bytes if missing.
+    Raises :class:`InputError` when the file is readable by others."""
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise InputError(f"token file {path} has mode {mode:o}; it must be private:"
+                             f" chmod 600 {path}")
+        token = path.read_text(encoding="utf-8").strip()
+        if not token:
+            raise InputError(f"token file {path} is empty; delete it to get a new token")
+        return token
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def socket_answers(path: Path, timeout: float = 2.0) -> bool:
+    """True when a daemon answers ``GET /healthz`` on the Unix socket ``path``."""
+    if not path.exists():
+        return False
+    try:
+        import httpx
+
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)),
+                          timeout=timeout) as c:
+            return c.get("http://assistd/healthz").status_code == 200
+    except Exception:  # noqa: BLE001 - refused, stale, a non-daemon: not ours
+        return False
+
+
+def bind_unix(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path``, mode 0600, in a directory of mode 0700.
+
+    A stale socket (nobody answers) is replaced; a live daemon is an error."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    if path.exists() or path.is_symlink():
+        if socket_answers(path):
+            raise InputError(f"a daemon already answers on {path}; `assistd status` shows it")
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise InputError(f"{path} exists and is not a socket; remove it or set socket")
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # created 0600: no window in which others may connect
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def bind_tcp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise InputError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+class WatcherThread:
+    """The history watcher on its own thread and SQLite connection."""
+
+    def __init__(self, config: Config, tokenize, fingerprint: str):
+        self.config, self.tokenize, self.fingerprint = config, tokenize, fingerprint
+        self.stop_event = threading.Event()
+        self.state = "starting"
+        self.batches = 0
+        self.last_batch: dict | None = None
+        self.initial: dict | None = None
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="assistd-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30) -> None:
+        self.stop_event.set()
+        self._thread.join(timeout)
+
+    def status(self) -> dict:
+        return {"state": self.state, "batches": self.batches, "initial_scan": self.initial,
+                "last_batch": self.last_batch, "error": self.error}
+
+    def _run(self) -> None:
+        from assistd.session import open_store
+        from storage.indexer import find_repository_root
+        from storage.retention import enforce_budget
+        from storage.watcher import HistoryWatcher, default_transcript_locations
+
+        c = self.config
+        store = None
+        watcher = None
+        try:
+            store = open_store(Path(c.db).expanduser() if c.db else None)
+            repos = [find_repository_root(Path(r).expanduser()) for r in c.repos]
+            locations = [Path(t).expanduser() for t in c.transcripts]
+            if c.agent_transcripts:
+                locations += default_transcript_locations()
+            budget = c.max_history_mb << 20
+            protect = [str(r.resolve()) for r in repos]
+            watcher = HistoryWatcher(store, self.tokenize, self.fingerprint, repos=repos,
+                                     transcripts=locations, max_bytes=c.max_bytes)
+            started = time.time()
+            watcher.start()  # before the scan: a change made during it is not missed
+            self.state = "scanning"
+            reports, transcripts = watcher.scan()
+            enforce_budget(store, budget, protect, started)
+            self.initial = {"repositories": [r.as_dict() for r in reports],
+                            "transcripts": transcripts.as_dict()}
+            log.info("history scanned: %d repositories, %d transcript files",
+                     len(reports), transcripts.files)
+
+            def on_batch(batch):
+                self.batches += 1
+                self.last_batch = {"events": batch.events, "tokenized": batch.tokenized,
+                                   "at": round(time.time(), 3)}
+                if batch.tokenized:
+                    enforce_budget(store, budget, protect, batch.started_utc)
+
+            watcher.on_batch = on_batch
+            self.state = "watching"
+            watcher.run(self.stop_event)
+            self.state = "stopped"
+        except Exception as e:  # noqa: BLE001 - the API keeps serving without the watcher
+            self.state, self.error = "failed", f"{type(e).__name__}: {e}"
+            log.exception("the history watcher failed")
+        finally:
+            if watcher is not None:
+                watcher.stop()
+            if store is not None:
+                store.close()
+
+
+def serve(config: Config) -> None:
+    """Run the daemon until SIGTERM/SIGINT. Raises :class:`InputError` (sockets, token)
+    and :class:`ModelError` (the Target) before anything is served."""
+    import uvicorn
+
+    from assistd.api import build_app
+    from assistd.service import Service
+
+    tcp = config.tcp_address()
+    if tcp is not None and tcp[0] not in LOOPBACK and not config.allow_remote:
+        raise InputError(f"tcp = {config.tcp} is not a loopback address; anyone who can reach"
+                         " it could use your model and read your history: set allow_remote"
+                         " (--allow-remote) to mean it")
+    log_path = setup_logging(config)
+    token = read_or_create_token(config.token_path()) if tcp is not None else None
+    sock_path = config.socket_path()
+    sockets = [bind_unix(sock_path)]
+    try:
+        if tcp is not None:
+            sockets.append(bind_tcp(*tcp))
+        service = Service(config)
+        log.info("loading the Target (%s)", config.model or "embedded default")
+        service.start()
+    except BaseException:
+        for s in sockets:
+            s.close()
+        sock_path.unlink(missing_ok=True)
+        raise
+    watcher = WatcherThread(config, service.target.tokenize, service.target.fingerprint)
+    service.watcher = watcher
+    watcher.start()
+    app = build_app(service, token)
+    server = _Server(uvicorn.Config(app, log_config=None, access_log=False,
+                                    timeout_graceful_shutdown=30, lifespan="off"))
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, server.request_exit, sig)
+        log.info("serving %s on unix:%s%s; log %s", service.model_id, sock_path,
+                 f" and http://{tcp[0]}:{tcp[1]} (bearer token in {config.token_path()})"
+                 if tcp else "", log_path)
+        await server.serve(sockets=sockets)
+
+    try:
+        asyncio.run(main())
+    finally:
+        log.info("stopping: watcher, engine, store")
+        watcher.stop()
+        service.close()
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(sock_path.lstat().st_mode):
+                sock_path.unlink()
+        log.info("stopped")
+
+
+import uvicorn as _uvicorn  # noqa: E402 - after the helpers that do not need it
+
+
+class _Server(_uvicorn.Server):
+    """uvicorn's server with our signal handling: theirs re-raises the signal after
+    serving, which would kill the process before the store is closed."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+    def request_exit(self, sig: int) -> None:
+        log.info("signal %s: finishing requests in hand", signal.Signals(sig).name)
+        if self.should_exit:
+            self.force_exit = True
+        self.should_exit = True
