@@ -416,10 +416,14 @@ def history_vacuum(db, as_json):
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="CPU threads for the Target. [default: all usable cores]")
 @_db_option
+@click.option("--daemon/--no-daemon", "use_daemon", default=None,
+              help="Run on the daemon (`assistd serve`), or in this process. [default: the"
+                   " daemon when one answers and no Target or --db option is given]")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_speculation, k,
              language, max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
-             n_ctx, model, backend, device, dtype, n_gpu_layers, threads, db, as_json):
+             n_ctx, model, backend, device, dtype, n_gpu_layers, threads, db, use_daemon,
+             as_json):
     """Complete the text before a cursor with the Target, drafting from the history.
 
     Indexes the repository first (incrementally), so the second run is served
@@ -453,12 +457,23 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         proposer = "draft_model"  # --draft-model alone means: draft with it
     if no_speculation:
         proposer = "none"
+    language = language or (language_id(file_) if file_ != "-" else "plaintext")
+    client = _complete_daemon(use_daemon)
+    if client is not None:
+        out = client.post("/v1/assistd/complete", {
+            "prompt_text": prompt_text, "repo": str(repo or default_repo or "") or None,
+            "proposer": proposer, "k": k, "max_tokens": max_tokens,
+            "max_prompt_tokens": max_prompt_tokens, "stop": list(stop),
+            "guess_outside_git": repo is None, "language": language,
+            "sampling": sampling.as_dict()})
+        _print_completion(out, as_json)
+        return
     result = complete_at(
         prompt_text, repo=repo or default_repo, proposer=proposer, k=k,
         max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
         model=model, db=db, stop=stop, guess_outside_git=repo is None,
         sampling=sampling, draft_model=draft_model,
-        language=language or (language_id(file_) if file_ != "-" else "plaintext"),
+        language=language,
         target_options={"backend": backend, "device": device, "dtype": dtype,
                         "n_gpu_layers": n_gpu_layers, "n_threads": threads},
     )
@@ -469,6 +484,47 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         sys.stdout.flush()
         click.echo(ledger_line(result), err=True)
+
+
+# Options that pick another Target or history than the daemon's: their presence means
+# the user wants this process to run the completion.
+_IN_PROCESS_OPTIONS = ("model", "backend", "n_ctx", "device", "dtype", "n_gpu_layers",
+                       "threads", "db", "draft_model")
+
+
+def _complete_daemon(use_daemon):
+    """The daemon client ``complete`` should use, or None to run in-process."""
+    from assistd.client import find_daemon, socket_path
+
+    if use_daemon is False:
+        return None
+    ctx = click.get_current_context()
+    explicit = [n for n in _IN_PROCESS_OPTIONS
+                if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+    if use_daemon and explicit:
+        raise click.UsageError(f"--daemon runs on the daemon's Target and history;"
+                               f" drop --{explicit[0].replace('_', '-')}")
+    if explicit:
+        return None
+    client = find_daemon()
+    if client is None and use_daemon:
+        raise InputError(f"no daemon answers on {socket_path()}; start `assistd serve`")
+    return client
+
+
+def _print_completion(out: dict, as_json: bool) -> None:
+    """Print a daemon's ``Completion.as_dict()`` as ``complete`` prints its own."""
+    from assistd.ledger import Ledger
+
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    text = out["completion"]
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+    fields = Ledger.__dataclass_fields__
+    ledger = Ledger(**{k: v for k, v in out["ledger"].items() if k in fields})
+    click.echo(ledger.summary() + f" stop={out['stop_reason']} daemon=yes", err=True)
 
 
 @cli.command()
@@ -690,11 +746,47 @@ def status(as_json):
                f" n_ctx {st['target']['n_ctx']}), up {st['uptime_s']:.0f} s,"
                f" max RSS {st['max_rss_mb']} MB")
     click.echo(f"requests: {st['requests']}; tokens generated {st['tokens_generated']}")
-    click.echo(f"running: {', '.join(st['running']) or 'idle'}; queued: {len(st['queued'])};"
+    click.echo(f"running: {', '.join(st['jobs_running']) or 'idle'}; queued: {len(st['jobs_queued'])};"
                f" preemptions {st['scheduler']['preemptions']}")
     w = st.get("watcher") or {}
     click.echo(f"watcher: {w.get('state', 'n/a')}, {w.get('batches', 0)} batches"
                + (f"; error: {w['error']}" if w.get("error") else ""))
+
+
+@cli.command()
+@click.option("--no-daemon", is_flag=True,
+              help="Never use the daemon; always run the Target in this process.")
+@_model_option
+@_n_ctx_option
+@_db_option
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the server log here too (stderr always gets warnings and errors).")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
+def mcp(no_daemon, model, n_ctx, db, log_file, verbose):
+    """Run the MCP server on stdio: tools for coding agents (Claude Code, Codex, ...).
+
+    Tools: complete_code (complete at a line/column of a file), continue_text and
+    acceptance_stats. Each call uses the daemon (`assistd serve`) when one answers,
+    else loads the Target in this process on first use (--model, --n-ctx and --db
+    apply to that). stdout carries the protocol; logs go to stderr.
+
+    \b
+    Examples:
+        assistd mcp
+        claude mcp add assistd -- assistd mcp
+        assistd mcp --no-daemon --db /tmp/history.db
+    """
+    import logging
+
+    from assistd.mcp_server import serve_stdio
+
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers[0].setLevel(logging.WARNING)
+    if log_file is not None:
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve_stdio(use_daemon=not no_daemon, model=model, db=db, n_ctx=n_ctx)
 
 
 class _HostPort(click.ParamType):
@@ -724,7 +816,11 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the server log here too (stderr always gets warnings and errors).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
-def lsp(stdio, tcp, allow_remote, log_file, verbose):
+@click.option("--daemon/--no-daemon", "use_daemon", default=None,
+              help="Run completions on the daemon (`assistd serve`: its Target, history and"
+                   " tuner, shared with every editor and agent), or in this process."
+                   " [default: the daemon when one answers]")
+def lsp(stdio, tcp, allow_remote, log_file, verbose, use_daemon):
     """Run the language server: inline completions for VS Code, Neovim and other LSP clients.
 
     Settings come from the client (initializationOptions / didChangeConfiguration,
@@ -750,7 +846,20 @@ def lsp(stdio, tcp, allow_remote, log_file, verbose):
         handlers.append(logging.FileHandler(log_file))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = build_server()
+    completer = None
+    if use_daemon is not False:
+        from assistd.client import find_daemon, socket_path
+
+        client = find_daemon()
+        if client is None and use_daemon:
+            raise InputError(f"no daemon answers on {socket_path()}; start `assistd serve`")
+        if client is not None:
+            from editors.remote import RemoteCompleter
+
+            completer = RemoteCompleter(client)
+            logging.getLogger("assistd.lsp").info("completions run on the daemon at %s",
+                                                  client.path)
+    server = build_server(completer=completer)
     if tcp is not None:
         server.start_tcp(*tcp)
     else:

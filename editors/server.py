@@ -58,12 +58,13 @@ class _Protocol(LanguageServerProtocol):
 class AssistdServer(LanguageServer):
     """The server object: pygls's LanguageServer plus the worker and per-document jobs."""
 
-    def __init__(self, settings: Settings | None = None):
+    def __init__(self, settings: Settings | None = None, completer=None):
         super().__init__("assistd", __version__,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=_Protocol)
         self.settings = settings or Settings()
-        self.completer = Completer(self.settings)
+        # In-process, or a RemoteCompleter: the daemon's engine (editors/remote.py).
+        self.completer = completer if completer is not None else Completer(self.settings)
         # One thread: the Target, its KV cache, SQLite and the index are single-threaded.
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assistd-engine")
         self.latest: dict[str, Request] = {}  # uri -> newest completion request
@@ -175,9 +176,11 @@ def _param(params: Any, name: str, default=None):
     return getattr(params, name, default)
 
 
-def build_server(settings: Settings | None = None) -> AssistdServer:
-    """A configured server; start it with ``start_io()`` or ``start_tcp(host, port)``."""
-    server = AssistdServer(settings)
+def build_server(settings: Settings | None = None, completer=None) -> AssistdServer:
+    """A configured server; start it with ``start_io()`` or ``start_tcp(host, port)``.
+    ``completer``: the engine side (default: an in-process :class:`Completer`; a
+    :class:`editors.remote.RemoteCompleter` to run on the daemon)."""
+    server = AssistdServer(settings, completer)
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: AssistdServer, params: types.InitializeParams):

@@ -42,8 +42,13 @@ def store(tmp_path):
 
 @pytest.fixture(autouse=True)
 def isolated_db(tmp_path, monkeypatch):
-    """Never touch the user's real history: ASSISTD_DB points into the test's tmp dir."""
+    """Never touch the user's real history: ASSISTD_DB points into the test's tmp dir.
+    Nor a daemon the user runs: `complete` and `lsp` would use it (ASSISTD_SOCKET,
+    a path where none listens, unless a test starts one there), nor a config file."""
     monkeypatch.setenv("ASSISTD_DB", str(tmp_path / "env-history.db"))
+    monkeypatch.setenv("ASSISTD_SOCKET", str(tmp_path / "no-daemon.sock"))
+    monkeypatch.delenv("ASSISTD_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config-home"))
 
 
 def make_repo(root, files: dict[str, str | bytes]):

@@ -1,0 +1,372 @@
+"""The daemon end to end: a real `assistd serve` process, the real embedded model, real
+HTTP clients (httpx on the Unix socket, the openai package on loopback TCP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import make_repo
+from tests.daemon_helpers import start_daemon
+
+PATTERN = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    return 3\n\n"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("daemon")
+    repo = make_repo(tmp / "repo", {"pattern.py": PATTERN * 4})
+    d = start_daemon(tmp, "--repo", str(repo), tcp=True)
+    d.repo = repo
+    yield d
+    assert d.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def uds(daemon):
+    with daemon.uds() as c:
+        yield c
+
+
+def model_id(uds) -> str:
+    return uds.get("/v1/models").json()["data"][0]["id"]
+
+
+def sse(lines) -> list[dict]:
+    """Parse an SSE body: the JSON events, then assert it ended with [DONE]."""
+    events = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+    assert events[-1] == "[DONE]", events[-3:]
+    return [json.loads(e) for e in events[:-1]]
+
+
+# -- completions and chat over the Unix socket -------------------------------------------
+
+
+def test_models_health_and_completion_with_ledger(uds, daemon):
+    assert uds.get("/healthz").json()["status"] == "ok"
+    mid = model_id(uds)
+    assert mid == "SmolLM2-135M-Instruct.Q4_1"
+    r = uds.post("/v1/completions", json={
+        "model": mid, "prompt": PATTERN * 4 + "def f4():\n    return", "max_tokens": 12, "temperature": 0,
+        "assistd": {"scope": str(daemon.repo), "language": "python"}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "text_completion"
+    assert body["choices"][0]["text"].startswith(" 4\n\ndef f5():")
+    u = body["usage"]
+    assert u["completion_tokens"] == 12 and u["total_tokens"] == u["prompt_tokens"] + 12
+    ledger = u["assistd"]["ledger"]
+    assert ledger["committed_tokens"] == 12
+    # The pattern repeats in the prompt and the history: the suffix proposer drafted.
+    assert ledger["rounds"] >= 1 and ledger["accepted_tokens"] >= 1
+    assert u["assistd"]["proposer"] == "suffix"
+
+
+def test_streamed_completion_is_the_same_text(uds):
+    mid = model_id(uds)
+    # A continuation the model is sure of (no near-ties: the two runs draft differently).
+    req = {"model": mid, "prompt": PATTERN * 4 + "def f4():\n    return", "max_tokens": 40,
+           "temperature": 0, "stop": ["def f6"]}
+    plain = uds.post("/v1/completions", json=req).json()
+    with uds.stream("POST", "/v1/completions", json={**req, "stream": True}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = sse(list(r.iter_lines()))
+    text = "".join(e["choices"][0]["text"] for e in events)
+    assert text == plain["choices"][0]["text"] == " 4\n\ndef f5():\n    return 5\n\n"
+    assert plain["choices"][0]["finish_reason"] == "stop"  # the stop string is never streamed
+    assert events[-1]["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
+    assert events[-1]["usage"]["assistd"]["ledger"]["committed_tokens"] > 0
+
+
+def test_chat_uses_the_models_template_and_streams(uds):
+    mid = model_id(uds)
+    msgs = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    r = uds.post("/v1/chat/completions", json={"model": mid, "messages": msgs,
+                                               "max_tokens": 20, "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    msg = body["choices"][0]["message"]
+    assert msg["role"] == "assistant" and msg["content"].strip()
+    # SmolLM2's ChatML template with its default system prompt: 30+ prompt tokens.
+    assert body["usage"]["prompt_tokens"] > 25
+    with uds.stream("POST", "/v1/chat/completions",
+                    json={"model": mid, "messages": msgs, "max_tokens": 20, "temperature": 0,
+                          "stream": True, "stream_options": {"include_usage": True}}) as s:
+        events = sse(list(s.iter_lines()))
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    streamed = "".join(e["choices"][0]["delta"].get("content", "")
+                       for e in events if e["choices"])
+    assert streamed == msg["content"]
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 20
+
+
+# -- loopback TCP: the openai package, and the token ---------------------------------------
+
+
+def test_openai_client_over_tcp_with_the_token(daemon):
+    token = daemon.token_file.read_text().strip()
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{daemon.port}/v1", api_key=token)
+    mid = client.models.list().data[0].id
+    chat = client.chat.completions.create(
+        model=mid, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
+        temperature=0)
+    assert chat.choices[0].message.content
+    assert chat.usage.completion_tokens == 8
+    assert chat.usage.model_extra["assistd"]["ledger"]["committed_tokens"] == 8
+    stream = client.completions.create(model=mid, prompt="import os\n", max_tokens=8,
+                                       temperature=0, stream=True,
+                                       extra_body={"assistd": {"proposer": "none"}})
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks if c.choices)
+    assert chunks[-1].usage.model_extra["assistd"]["proposer"] == "none"
+
+
+def test_tcp_refuses_without_the_right_token_and_files_are_private(daemon):
+    url = f"http://127.0.0.1:{daemon.port}"
+    assert httpx.get(f"{url}/v1/models").status_code == 401
+    bad = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401 and bad.json()["error"]["code"] == "invalid_api_key"
+    r = httpx.post(f"{url}/v1/completions", json={"model": "assistd", "prompt": "x"})
+    assert r.status_code == 401
+    assert stat.S_IMODE(daemon.socket.stat().st_mode) == 0o600
+    assert stat.S_IMODE(daemon.socket.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(daemon.token_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(daemon.log.stat().st_mode) == 0o600
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{url}/v1", api_key="wrong").models.list()
+
+
+# -- bad requests: 4xx with a message, and the daemon keeps serving ---------------------------
+
+
+@pytest.mark.parametrize("body,status,needle", [
+    (b"{not json", 400, "not valid JSON"),
+    (b'["a list"]', 400, "JSON object"),
+    (json.dumps({"model": "gpt-4", "prompt": "x"}).encode(), 404, "does not exist"),
+    (json.dumps({"model": "assistd", "prompt": "x", "max_tokens": -5}).encode(), 400,
+     "max_tokens"),
+    (json.dumps({"model": "assistd", "prompt": "x", "max_tokens": 10**6}).encode(), 400,
+     "max_tokens_limit"),
+    (json.dumps({"model": "assistd", "prompt": "word " * 5000}).encode(), 400,
+     "context window"),
+    (json.dumps({"model": "assistd", "prompt": "x", "n": 3}).encode(), 400, "n > 1"),
+    (json.dumps({"model": "assistd", "prompt": "x", "temperature": "hot"}).encode(), 400,
+     "temperature"),
+    (json.dumps({"model": "assistd", "prompt": [999999]}).encode(), 400, "token ids"),
+    (json.dumps({"model": "assistd", "prompt": "x", "assistd": {"proposer": "magic"}}).encode(),
+     400, "magic"),
+    (json.dumps({"model": "assistd"}).encode(), 400, "prompt"),
+])
+def test_bad_requests_get_4xx_with_a_message(uds, body, status, needle):
+    r = uds.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    assert needle in r.json()["error"]["message"]
+    ok = uds.post("/v1/completions", json={"model": "assistd", "prompt": "a", "max_tokens": 1})
+    assert ok.status_code == 200
+
+
+def test_oversized_body_and_bad_chat(uds):
+    r = uds.post("/v1/completions", content=b"x" * 9_000_000)
+    assert r.status_code == 413
+    r = uds.post("/v1/chat/completions", json={"model": "assistd", "messages": []})
+    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+    r = uds.post("/v1/chat/completions", json={"model": "assistd", "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})
+    assert r.status_code == 400 and "image_url" in r.json()["error"]["message"]
+    r = uds.post("/v1/chat/completions", json={"model": "assistd", "messages": [
+        {"role": "wizard", "content": "hi"}]})
+    assert r.status_code == 400 and "role" in r.json()["error"]["message"]
+    assert uds.get("/v1/nothing").status_code == 404
+
+
+# -- concurrency: no cross-talk; an editor request is not starved ---------------------------
+
+
+def test_16_concurrent_clients_get_their_own_answers(daemon, uds):
+    mid = model_id(uds)
+    prompts = [f"# Function number {i} returns {i * 7}\ndef function_{i}():\n    return"
+               for i in range(16)]
+    expected = [uds.post("/v1/completions", json={
+        "model": mid, "prompt": p, "max_tokens": 6, "temperature": 0}).json()["choices"][0]["text"]
+        for p in prompts]
+    results: dict[int, str] = {}
+
+    def client(i: int) -> None:
+        with daemon.uds() as c:
+            req = {"model": mid, "prompt": prompts[i], "max_tokens": 6, "temperature": 0}
+            if i % 2:  # half stream: streamed pieces must not land in another stream
+                with c.stream("POST", "/v1/completions", json={**req, "stream": True}) as r:
+                    results[i] = "".join(e["choices"][0]["text"]
+                                         for e in sse(list(r.iter_lines())))
+            else:
+                results[i] = c.post("/v1/completions", json=req).json()["choices"][0]["text"]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert sorted(results) == list(range(16))
+    assert [results[i] for i in range(16)] == expected
+    assert len(set(expected)) > 8  # distinct answers, so a swap would show
+
+
+def test_editor_request_runs_between_the_rounds_of_a_long_generation(daemon, uds):
+    """An agent generation of 300 tokens is running; an editor-priority request sent
+    after it starts finishes first, and the long generation's output is unchanged.
+
+    The prompt continues a pattern the model is sure of: the KV cache is restored by
+    evaluating the evicted tokens as one batch, whose float rounding differs from
+    token-by-token evaluation, so at a near-tie (a story, say) greedy output may differ;
+    away from near-ties it must be identical."""
+    mid = model_id(uds)
+    long_req = {"model": mid, "prompt": PATTERN * 4 + "def f4():\n    return",
+                "max_tokens": 300, "temperature": 0, "assistd": {"proposer": "none"}}
+    reference = uds.post("/v1/completions", json=long_req).json()["choices"][0]["text"]
+    before = daemon.status()["scheduler"]["preemptions"]
+    done: dict[str, float] = {}
+    out: dict[str, str] = {}
+
+    def run_long():
+        with daemon.uds() as c:
+            out["long"] = c.post("/v1/completions", json=long_req).json()["choices"][0]["text"]
+        done["long"] = time.monotonic()
+
+    t = threading.Thread(target=run_long)
+    t.start()
+    while not daemon.status()["jobs_running"]:  # the long generation has started
+        time.sleep(0.01)
+    time.sleep(0.3)
+    r = uds.post("/v1/completions", json={"model": mid, "prompt": "def main():", "max_tokens": 4,
+                                          "temperature": 0, "assistd": {"priority": "editor"}})
+    done["editor"] = time.monotonic()
+    t.join(300)
+    assert r.status_code == 200
+    assert done["editor"] < done["long"]
+    assert daemon.status()["scheduler"]["preemptions"] > before
+    # Exactness: the KV cache was restored after the interruption.
+    assert out["long"] == reference
+
+
+# -- the CLI as a client --------------------------------------------------------------------
+
+
+def test_complete_and_status_use_the_daemon(daemon, tmp_path):
+    f = daemon.repo / "pattern.py"
+    before = daemon.status()["requests"]["complete"]
+    cmd = [sys.executable, "-m", "assistd", "complete", "--file", str(f), "--line", "14",
+           "--column", "1", "--max-tokens", "8", "--json"]
+    r = subprocess.run(cmd, env=daemon.env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["daemon"] is True and out["tokens"] == 8
+    assert out["completion"].strip()
+    assert out["history"]["scope"] == str(daemon.repo)
+    assert daemon.status()["requests"]["complete"] == before + 1
+    # The same completion in-process (its own Target): the same text.
+    r = subprocess.run(cmd + ["--no-daemon"], env=daemon.env(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    local = json.loads(r.stdout)
+    assert "daemon" not in local and local["completion"] == out["completion"]
+    r = subprocess.run([sys.executable, "-m", "assistd", "status", "--json"], env=daemon.env(),
+                       capture_output=True, text=True, timeout=60)
+    st = json.loads(r.stdout)
+    assert r.returncode == 0 and st["running"] is True and st["model"]
+    assert st["watcher"]["state"] == "watching"
+    # --daemon with a Target option is a contradiction, said plainly.
+    r = subprocess.run([sys.executable, "-m", "assistd", "complete", "--file", str(f), "--daemon",
+                        "--n-ctx", "512"], env=daemon.env(), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "--n-ctx" in r.stderr
+
+
+def test_status_without_a_daemon(tmp_path):
+    env = {**os.environ, "ASSISTD_SOCKET": str(tmp_path / "none.sock")}
+    r = subprocess.run([sys.executable, "-m", "assistd", "status"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "no daemon answers" in r.stdout
+
+
+def test_a_second_daemon_on_the_same_socket_is_refused(daemon, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "assistd", "serve", "--socket", str(daemon.socket),
+                        "--db", str(tmp_path / "other.db"), "--no-agent-transcripts",
+                        "--log-file", str(tmp_path / "log")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "already answers" in r.stderr
+    assert daemon.status()["model"]  # the first one is untouched
+
+
+# -- assistd lsp as a client of the daemon -----------------------------------------------------
+
+
+async def test_lsp_runs_on_the_daemon(daemon, tmp_path):
+    from tests.lsp_helpers import inline, lsp_session, open_doc, stats
+
+    before = daemon.status()["requests"]["lsp"]
+    path = daemon.repo / "new.py"
+    async with lsp_session(daemon.db, env={"ASSISTD_SOCKET": str(daemon.socket)}) as (client, _):
+        uri = open_doc(client, path, PATTERN * 4 + "def f4():\n    return")
+        text = await inline(client, uri, 37, 10)
+        assert text == " 4"  # line mode: up to the end of the line
+        assert daemon.status()["lsp_sessions"] == 1
+        report = await stats(client)
+        assert report["daemon"] == str(daemon.socket)
+        assert report["server"]["generations"] >= 1
+    assert daemon.status()["requests"]["lsp"] > before
+    deadline = time.monotonic() + 30
+    while daemon.status()["lsp_sessions"] and time.monotonic() < deadline:
+        time.sleep(0.1)  # shutdown closed the session on the daemon
+    assert daemon.status()["lsp_sessions"] == 0
+
+
+# -- crash safety: kill -9 while the daemon ingests, then restart --------------------------------
+
+
+def _documents(db) -> list[tuple[str, str]]:
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        assert c.execute("pragma integrity_check").fetchone()[0] == "ok"
+        return c.execute("select scope, path from documents order by scope, path").fetchall()
+
+
+def test_kill_9_while_ingesting_then_restart_loses_and_duplicates_nothing(tmp_path):
+    files = {f"pkg/m{i:03d}.py": f"def f{i}(x):\n    return x * {i}\n" * 40 for i in range(400)}
+    repo = make_repo(tmp_path / "repo", files)
+    d = start_daemon(tmp_path / "d1", "--repo", str(repo))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill it mid-scan: some files stored, not all
+        n = len(_documents(d.db)) if d.db.exists() else 0
+        if n >= 20 or d.status()["watcher"]["state"] == "watching":
+            break
+        time.sleep(0.05)
+    d.proc.kill()
+    d.proc.wait(30)
+    stored = _documents(d.db)
+    assert len(stored) < len(files), "the scan finished before the kill: make the repo bigger"
+    # Restart on the same database (the dead daemon left its socket file behind).
+    d2 = start_daemon(tmp_path / "d1", "--repo", str(repo), db=d.db)
+    deadline = time.monotonic() + 300
+    while d2.status()["watcher"]["state"] != "watching" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rows = _documents(d2.db)
+    assert [p for _, p in rows] == sorted(files)  # every file once, nothing duplicated
+    assert {s for s, _ in rows} == {str(repo.resolve())}
+    import sqlite3
+
+    with sqlite3.connect(d2.db) as c:  # and each has its tokens
+        assert c.execute("select count(*) from documents d where not exists (select 1 from"
+                         " tokenizations t where t.document_id = d.id)").fetchone()[0] == 0
+    assert d2.stop() == 0  # SIGTERM: a clean exit, and the socket is removed
+    assert not d2.socket.exists()
