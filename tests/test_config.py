@@ -1,0 +1,95 @@
+"""Daemon configuration: defaults < TOML file < ASSISTD_* environment < flags."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from assistd.config import Config, load_config
+from assistd.errors import InputError
+
+
+def test_precedence_file_then_environment_then_flags(tmp_path):
+    f = tmp_path / "config.toml"
+    f.write_text('n_ctx = 1024\nproposer = "ngram"\nrepos = ["/a", "/b"]\nk = "8"\n'
+                 'agent_transcripts = false\n')
+    env = {"ASSISTD_N_CTX": "2048", "ASSISTD_REPOS": os.pathsep.join(["/c", "/d"]),
+           "ASSISTD_ALLOW_REMOTE": "yes"}
+    c, sources = load_config(f, {"n_ctx": 512, "model": None}, env)
+    assert c.n_ctx == 512  # flag over environment over file
+    assert c.proposer == "ngram" and c.k == "8" and c.agent_transcripts is False  # file
+    assert c.repos == ["/c", "/d"] and c.allow_remote is True  # environment
+    assert c.model is None  # a flag left unset does not override
+    assert sources == ["defaults", str(f), "$ASSISTD_N_CTX", "$ASSISTD_REPOS",
+                       "$ASSISTD_ALLOW_REMOTE", "--n_ctx".replace("_", "-")]
+
+
+def test_missing_default_file_is_fine_but_a_named_one_is_not(tmp_path):
+    c, sources = load_config(None, {}, {})  # XDG_CONFIG_HOME is a fresh tmp dir (conftest)
+    assert c == Config() and sources == ["defaults"]
+    with pytest.raises(InputError, match="does not exist"):
+        load_config(tmp_path / "nope.toml", {}, {})
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("n_ctx = ", "not valid TOML"),
+    ("colour = 'blue'", "unknown key(s) colour"),
+    ("n_ctx = 'big'", "n_ctx must be an integer"),
+    ("repos = '/a'", "repos must be a list of strings"),
+    ("agent_transcripts = 1", "true or false"),
+    ("backend = 'tpu'", "backend must be llama or torch"),
+    ("k = 'lots'", "k must be 'auto'"),
+    ("tcp = 'localhost'", "is not HOST:PORT"),
+    ("log_level = 'loud'", "log_level"),
+])
+def test_bad_files_name_the_key(tmp_path, text, needle):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_config(f, {}, {})
+    assert needle in str(e.value)
+
+
+def test_bad_environment_value_names_the_variable():
+    with pytest.raises(InputError, match=r"\$ASSISTD_N_CTX: n_ctx must be an integer"):
+        load_config(None, {}, {"ASSISTD_N_CTX": "many"})
+
+
+def _serve(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "assistd", "serve", *args],
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_print_config_shows_the_effective_toml(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('max_history_mb = 100\n')
+    r = _serve("--config", str(f), "--tcp", "127.0.0.1:9999", "--print-config",
+               env={"ASSISTD_PROPOSER": "ngram"})
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    first = out.splitlines()[0]
+    assert first.startswith(f"# sources, lowest first: defaults, {f}, ")
+    assert "$ASSISTD_PROPOSER" in first and first.endswith(", --tcp")
+    import tomllib
+
+    parsed = tomllib.loads(out)  # what it prints is valid TOML the file could hold
+    assert parsed["max_history_mb"] == 100 and parsed["proposer"] == "ngram"
+    assert parsed["tcp"] == "127.0.0.1:9999" and parsed["socket_path"].endswith(".sock")
+    assert "token_path" in parsed
+
+
+def test_serve_refuses_a_non_loopback_address_and_a_public_token_file(tmp_path):
+    r = _serve("--tcp", "0.0.0.0:9999", "--socket", str(tmp_path / "s.sock"),
+               "--log-file", str(tmp_path / "log"))
+    assert r.returncode == 2 and "not a loopback address" in r.stderr
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    token.chmod(0o644)
+    r = _serve("--tcp", "127.0.0.1:9999", "--token-file", str(token), "--socket",
+               str(tmp_path / "s.sock"), "--log-file", str(tmp_path / "log"))
+    assert r.returncode == 2 and "chmod 600" in r.stderr
+    assert not (tmp_path / "s.sock").exists()
