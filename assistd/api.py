@@ -208,9 +208,15 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         created = int(time.time())
         obj = "chat.completion" if chat else "text_completion"
         if not req.stream:
-            fut = service.generate(gen, priority_of(req))
+            fut = asyncio.wrap_future(service.generate(gen, priority_of(req)))
             try:
-                r: GenerationResult = await asyncio.wrap_future(fut)
+                # A client that hangs up (an agent's own timeout or cancel) stops the
+                # generation within one round instead of holding the Target.
+                while not fut.done():
+                    await asyncio.wait({fut}, timeout=0.25)
+                    if not fut.done() and await request.is_disconnected():
+                        gen.cancel.set()
+                r: GenerationResult = await fut
             except asyncio.CancelledError:
                 gen.cancel.set()
                 raise

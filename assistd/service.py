@@ -107,6 +107,7 @@ class Service:
         self.lsp_sessions: dict[str, object] = {}
         self.requests = {"api": 0, "lsp": 0, "complete": 0, "mcp": 0}
         self.tokens_generated = 0
+        self.generations_cancelled = 0  # stopped early: the client hung up or cancelled
         self.watcher = None  # the daemon's WatcherThread, for status()
 
     # -- lifecycle -------------------------------------------------------------
@@ -234,6 +235,7 @@ class Service:
             streamer.finish(gen.text)
         self.tuner.record(scope, req.language, name, gen.ledger)
         self.tokens_generated += len(gen.tokens)
+        self.generations_cancelled += gen.stop_reason == "cancelled"
         return GenerationResult(text=gen.text, tokens=gen.tokens, stop_reason=gen.stop_reason,
                                 ledger=gen.ledger.as_dict(), proposer=name, k=k,
                                 queue_ms=round(queue_ms, 2))
@@ -258,7 +260,8 @@ class Service:
             n_ctx=self.target.n_ctx, target=self.target, store=self.store,
             sampling=sampling, stop=tuple(args.get("stop") or ()),
             guess_outside_git=bool(args.get("guess_outside_git")),
-            language=args.get("language") or "plaintext", tuner=self.tuner)
+            language=args.get("language") or "plaintext", tuner=self.tuner,
+            between_rounds=self.scheduler.preempt)
         self.tokens_generated += len(result.generation.tokens)
         out = result.as_dict()
         out["daemon"] = True
@@ -324,6 +327,7 @@ class Service:
             "uptime_s": round(time.time() - self.started_at, 1),
             "requests": dict(self.requests),
             "tokens_generated": self.tokens_generated,
+            "generations_cancelled": self.generations_cancelled,
             "jobs_running": self.scheduler.running(),
             "jobs_queued": self.scheduler.queued(),
             "scheduler": {**s.__dict__, "queue_ms_total": round(s.queue_ms_total, 1),

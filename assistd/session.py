@@ -189,6 +189,7 @@ def complete_at(
     draft_model: Path | None = None,
     language: str = "plaintext",
     tuner=None,
+    between_rounds=None,
 ) -> Completion:
     """Complete ``prompt_text`` with speculative decoding, drafting from ``repo``'s history.
 
@@ -207,6 +208,7 @@ def complete_at(
     generation's counters are added to the ledger (one transaction) and its verify
     times to the Target's cost model. Pass ``tuner`` (an :class:`assistd.tuner.Tuner`)
     to reuse one; else one is opened on the store (calibrating t(n) once per Target).
+    ``between_rounds`` goes to :func:`generate` (the daemon's preemption hook).
     """
     from proposers import make_proposer
     from proposers.index import HistoryIndex
@@ -287,7 +289,8 @@ def complete_at(
             scope = str(root)
     gen = generate(target, ids, prop, max_tokens=max_tokens,
                    k=(K_MAX if auto else k) if prop else 0, sampling=sampling, stop=stop,
-                   scope=scope, language=language, ceiling=ceiling)
+                   scope=scope, language=language, ceiling=ceiling,
+                   between_rounds=between_rounds)
     tuned = tuner.estimate(name, language).as_dict() if auto and prop else None
     tuner.record(scope, language, name, gen.ledger)
     return Completion(generation=gen, target=target, history=history, index=report,

@@ -370,3 +370,27 @@ def test_kill_9_while_ingesting_then_restart_loses_and_duplicates_nothing(tmp_pa
                          " tokenizations t where t.document_id = d.id)").fetchone()[0] == 0
     assert d2.stop() == 0  # SIGTERM: a clean exit, and the socket is removed
     assert not d2.socket.exists()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_hangs_up_stops_its_generation(daemon, stream):
+    """The generation of a client gone (its timeout, a closed stream) is cancelled
+    within a round instead of holding the Target for all its tokens."""
+    before = daemon.status()["generations_cancelled"]
+    req = {"model": "assistd", "prompt": "Once upon a time", "max_tokens": 2000,
+           "temperature": 0, "assistd": {"proposer": "none"}, "stream": stream}
+    with daemon.uds(timeout=30.0 if stream else 1.0) as c:
+        if stream:
+            with c.stream("POST", "/v1/completions", json=req) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        break  # one event, then hang up
+        else:
+            with pytest.raises(httpx.ReadTimeout):
+                c.post("/v1/completions", json=req)
+    deadline = time.monotonic() + 120
+    while daemon.status()["jobs_running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    st = daemon.status()
+    assert st["generations_cancelled"] == before + 1
+    assert not st["jobs_running"]
