@@ -418,6 +418,8 @@ def _status_of(exc: BaseException) -> tuple[int, str]:
         return 500, str(exc)
     if isinstance(exc, ValueError):
         return 400, str(exc)
+    if isinstance(exc, RuntimeError) and "shutting down" in str(exc):
+        return 503, "the daemon is shutting down; retry when it is back"
     return 500, f"internal error: {type(exc).__name__}: {exc}"
 
 

@@ -25,6 +25,10 @@ from assistd.scheduler import AGENT, EDITOR, SHELL, Scheduler
 
 log = logging.getLogger("assistd.service")
 
+# An LSP session not heard from for this long is closed (its editor died without a
+# shutdown): its buffers leave the shared history index.
+LSP_SESSION_IDLE_S = 3600.0
+
 
 @dataclass
 class GenerationRequest:
@@ -105,6 +109,7 @@ class Service:
         self._scopes: dict[str, bool] = {}
         self._next_buffer_id = -1_000_000  # LSP buffers of all sessions: one id space
         self.lsp_sessions: dict[str, object] = {}
+        self._lsp_seen: dict[str, float] = {}  # session -> monotonic time of its last call
         self.requests = {"api": 0, "lsp": 0, "complete": 0, "mcp": 0}
         self.tokens_generated = 0
         self.generations_cancelled = 0  # stopped early: the client hung up or cancelled
@@ -274,9 +279,17 @@ class Service:
         from editors.completer import Completer, Request
         from editors.settings import parse_settings
 
+        now = time.monotonic()
+        for other, seen in list(self._lsp_seen.items()):
+            if now - seen > LSP_SESSION_IDLE_S and other != session:
+                log.info("closing LSP session %s: idle for %.0f s", other, now - seen)
+                self.lsp_sessions.pop(other).close()
+                del self._lsp_seen[other]
+        self._lsp_seen[session] = now
         comp = self.lsp_sessions.get(session)
         if comp is None:
             if op == "close":
+                self._lsp_seen.pop(session, None)
                 return None
             comp = self.lsp_sessions[session] = Completer(shared=self)
         if op == "configure":
@@ -302,6 +315,7 @@ class Service:
         if op == "close":
             comp.close()
             del self.lsp_sessions[session]
+            self._lsp_seen.pop(session, None)
             return None
         raise InputError(f"unknown LSP operation {op!r}")
 

@@ -93,3 +93,15 @@ def test_serve_refuses_a_non_loopback_address_and_a_public_token_file(tmp_path):
                str(tmp_path / "s.sock"), "--log-file", str(tmp_path / "log"))
     assert r.returncode == 2 and "chmod 600" in r.stderr
     assert not (tmp_path / "s.sock").exists()
+
+
+def test_serve_with_a_missing_or_corrupt_model_says_so_and_leaves_no_socket(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    for model in (tmp_path / "missing.gguf", bad):
+        r = _serve("--model", str(model), "--socket", str(tmp_path / "s.sock"),
+                   "--db", str(tmp_path / "h.db"), "--no-agent-transcripts",
+                   "--log-file", str(tmp_path / "log"))
+        assert r.returncode == 2, r.stderr
+        assert str(model) in r.stderr and "error:" in r.stderr
+        assert not (tmp_path / "s.sock").exists()
