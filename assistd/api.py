@@ -186,6 +186,13 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
                                 f" window is {n_ctx} tokens", param="prompt",
                            code="context_length_exceeded")
         a = req.assistd or AssistdOptions()
+        if a.proposer is not None:
+            from proposers import available
+
+            known = ["none"] + [p for p in available() if p != "draft_model"]
+            if a.proposer not in known:
+                raise ApiError(400, f"unknown proposer {a.proposer!r}; known here:"
+                                    f" {', '.join(known)}", param="assistd.proposer")
         stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
         return GenerationRequest(
             prompt=prompt, max_tokens=min(max_tokens, n_ctx - len(prompt) - 1),
