@@ -1,0 +1,438 @@
+"""``assistd mcp``: an MCP server over stdio, so that coding agents can call assistd as tools.
+
+Tools (names and arguments as the agent sees them):
+
+- ``complete_code(path, line, column=None, max_tokens=64, stop=[])``: complete the
+  code before a 1-based cursor of a file on disk, drafting from its repository's history.
+- ``continue_text(text, max_tokens=64, stop=[], language="plaintext", repo=None)``:
+  continue a given text.
+- ``acceptance_stats(scope=None, full=False)``: what the tuner has measured (coverage,
+  draft acceptance rate, mean acceptance length per language and proposer) and the
+  users' acceptance of editor suggestions.
+
+Every call first looks for the daemon (``assistd serve``, :func:`assistd.client.find_daemon`;
+a few ms), so a daemon started after this server is used from its next call. Without
+one the work runs in this process: the Target, the history store and the tuner load on
+the first completion (a few seconds) and stay loaded; all in-process work runs on one
+engine thread (SQLite connections and the Target belong to the thread that uses them).
+
+Errors the user can act on (:class:`assistd.errors.AssistdError`: a missing file, a
+line past the end, a bad scope) come back as tool errors (``isError``) carrying the
+message; the server keeps running. stdout is the protocol: logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio.to_thread
+from pydantic import BaseModel, Field
+
+from assistd.errors import AssistdError, InputError
+
+log = logging.getLogger("assistd.mcp")
+
+MAX_TOKENS_LIMIT = 1024  # the most tokens one tool call may ask for
+MAX_PROMPT_TOKENS = 1024  # the tail of the prompt the Target sees, in tokens
+MAX_STOPS = 4
+LANGUAGE_RE = re.compile(r"[A-Za-z0-9_.+#-]{1,64}")
+
+SERVER_INSTRUCTIONS = """\
+assistd completes code and text with a small local model (speculative decoding over a
+history of your repositories and agent transcripts). Use complete_code to get the local
+model's continuation at a cursor in a file, continue_text for free text, and
+acceptance_stats to see how well drafting from the history works per language.
+Completions are short and greedy: treat them as suggestions, not as verified code."""
+
+
+class CompletionResult(BaseModel):
+    """One completion and the key numbers of its ledger (rates as defined in the BRIEF §2)."""
+
+    completion: str = Field(description="The generated text (stop strings excluded).")
+    tokens: int = Field(description="Tokens generated (committed by the Target).")
+    stop_reason: str = Field(description="Why generation ended: eos, stop, max_tokens, ...")
+    language: str = Field(description="LSP language id the tuner filed the generation under.")
+    proposer: str = Field(description="Draft proposer used (suffix, or none for plain decoding).")
+    k: int | str = Field(description="Draft ceiling given: 'auto' (the tuner) or tokens.")
+    daemon: bool = Field(description="True when the running daemon served the call, false"
+                                     " when this MCP server ran the model itself.")
+    acceptance_rate: float | None = Field(
+        description="Accepted / drafted tokens (None when nothing was drafted).")
+    mean_acceptance_length: float | None = Field(
+        description="Tokens committed per verification round, 1 + accepted / rounds"
+                    " (None without rounds).")
+    coverage: float | None = Field(
+        description="Rounds / decode steps: how often a draft existed at all.")
+    tokens_per_s: float | None = Field(
+        description="Decode throughput, generated tokens per second (prefill excluded).")
+    draft_tokens: int = Field(description="Draft tokens proposed.")
+    accepted_tokens: int = Field(description="Draft tokens the Target accepted.")
+    rounds: int = Field(description="Verification rounds (steps that had a draft).")
+    total_ms: float = Field(description="Wall time of the generation, milliseconds.")
+    history_scope: str | None = Field(
+        description="Repository whose history the drafts came from (None: none used).")
+    history_tokens: int = Field(description="Tokens of history available to draft from.")
+
+
+def completion_result(out: dict) -> CompletionResult:
+    """The tool result of a ``Completion.as_dict()`` (from the daemon, with ``daemon``
+    true, or from this process).
+
+    >>> r = completion_result({"completion": " a + b", "tokens": 4, "stop_reason": "eos",
+    ...     "language": "python", "proposer": "suffix", "k": "auto", "daemon": True,
+    ...     "history": {"scope": None, "documents": 0, "tokens": 0},
+    ...     "ledger": {"acceptance_rate": 0.5, "mean_acceptance_length": 2.0, "coverage": 0.5,
+    ...                "tokens_per_s": 80.0, "draft_tokens": 2, "accepted_tokens": 1,
+    ...                "rounds": 1, "total_ms": 50.0}})
+    >>> r.completion, r.tokens, r.daemon, r.mean_acceptance_length
+    (' a + b', 4, True, 2.0)
+    """
+    led = out.get("ledger") or {}
+    hist = out.get("history") or {}
+    return CompletionResult(
+        completion=out["completion"], tokens=int(out["tokens"]),
+        stop_reason=str(out.get("stop_reason")), language=out.get("language") or "plaintext",
+        proposer=out.get("proposer") or "none", k=out.get("k", 0),
+        daemon=bool(out.get("daemon")),
+        acceptance_rate=led.get("acceptance_rate"),
+        mean_acceptance_length=led.get("mean_acceptance_length"),
+        coverage=led.get("coverage"), tokens_per_s=led.get("tokens_per_s"),
+        draft_tokens=int(led.get("draft_tokens", 0)),
+        accepted_tokens=int(led.get("accepted_tokens", 0)),
+        rounds=int(led.get("rounds", 0)), total_ms=float(led.get("total_ms", 0.0)),
+        history_scope=hist.get("scope"), history_tokens=int(hist.get("tokens") or 0))
+
+
+# The fields of a stats entry (assistd.stats._entry) worth an agent's context; full=True
+# returns all of them (per-position lists, speedup by k, the cost model).
+_STATS_KEYS = ("language", "proposer", "target", "steps", "rounds", "draft_tokens",
+               "accepted_tokens", "coverage", "acceptance_rate", "mean_acceptance_length",
+               "chosen_k", "expected_speedup")
+
+
+def stats_result(ledger: dict, user_acceptance: dict, *, daemon: bool, full: bool) -> dict:
+    """The ``acceptance_stats`` result from a :func:`assistd.stats.stats_report` report
+    and a :meth:`storage.suggestions.SuggestionStore.summary`.
+
+    >>> stats_result({"db": "h.db", "scope": None, "scopes": ["/r"], "entries": [
+    ...     {"language": "python", "proposer": "suffix", "rounds": 3, "cost_model": {}}]},
+    ...     {}, daemon=False, full=False)["entries"]
+    [{'language': 'python', 'proposer': 'suffix', 'rounds': 3}]
+    """
+    entries = ledger.get("entries") or []
+    if not full:
+        entries = [{k: e[k] for k in _STATS_KEYS if k in e} for e in entries]
+    return {"daemon": daemon, "db": ledger.get("db"), "scope": ledger.get("scope"),
+            "scopes": ledger.get("scopes") or [], "entries": entries,
+            "user_acceptance": user_acceptance}
+
+
+class InProcessEngine:
+    """The Target, history store and tuner of this process, loaded on first use.
+
+    Every method runs on one engine thread (``run``): the SQLite connection and the
+    Target are used from the thread that opened them, one job at a time.
+    ``model``: a GGUF file (None = the embedded default); ``db``: the history file
+    (None = ``$ASSISTD_DB``, else the user data dir); ``n_ctx`` in tokens.
+    """
+
+    def __init__(self, model: Path | None = None, db: Path | None = None, n_ctx: int = 2048):
+        self.model, self.db, self.n_ctx = model, db, n_ctx
+        self.target = self.store = self.tuner = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assistd-mcp-engine")
+
+    async def run(self, fn, *args, **kwargs):
+        """Run ``fn(*args, **kwargs)`` on the engine thread; returns its result."""
+        return await asyncio.wrap_future(self._pool.submit(fn, *args, **kwargs))
+
+    # -- on the engine thread ------------------------------------------------------
+
+    def _open_store(self):
+        if self.store is None:
+            from assistd.session import open_store
+
+            self.store = open_store(self.db)
+        return self.store
+
+    def _open_target(self):
+        if self.target is None:
+            from assistd.session import open_target
+            from assistd.tuner import Tuner, env_seed
+            from storage.ledger_store import LedgerStore
+
+            store = self._open_store()
+            log.info("loading the Target (in-process; no daemon answers)")
+            self.target = open_target(self.model, n_ctx=self.n_ctx)
+            self.tuner = Tuner.open(LedgerStore(store), self.target, seed=env_seed())
+        return self.target
+
+    def complete(self, body: dict) -> dict:
+        """:func:`assistd.session.complete_at` with the kept Target, store and tuner;
+        ``body`` as for ``POST /v1/assistd/complete``. Returns ``Completion.as_dict()``
+        with ``daemon`` false. Raises :class:`AssistdError`."""
+        from assistd.session import complete_at
+
+        target = self._open_target()
+        result = complete_at(
+            body["prompt_text"], repo=Path(body["repo"]) if body.get("repo") else None,
+            proposer=body["proposer"], k=body["k"], max_tokens=body["max_tokens"],
+            max_prompt_tokens=body["max_prompt_tokens"], n_ctx=target.n_ctx,
+            target=target, store=self.store, tuner=self.tuner,
+            stop=tuple(body["stop"]), language=body["language"],
+            guess_outside_git=body["guess_outside_git"])
+        return {**result.as_dict(), "daemon": False}
+
+    def stats(self, scope: str | None) -> dict:
+        """``{"ledger": stats_report(...), "user_acceptance": ...}`` from the history
+        store (the Target is not loaded for this). Raises :class:`InputError` for a
+        scope without data."""
+        from assistd.stats import stats_report
+        from storage.ledger_store import LedgerStore
+        from storage.suggestions import SuggestionStore
+
+        store = self._open_store()
+        return {"ledger": stats_report(LedgerStore(store), scope=scope),
+                "user_acceptance": SuggestionStore(store).summary()}
+
+    def _close(self) -> None:
+        if self.target is not None:
+            self.target.close()
+        if self.store is not None:
+            self.store.close()
+        self.target = self.store = self.tuner = None
+
+    def close(self) -> None:
+        """Release the Target and the store (waits for the job in hand)."""
+        try:
+            self._pool.submit(self._close).result(timeout=60)
+        except Exception:  # noqa: BLE001 - shutting down anyway
+            log.debug("closing the engine failed", exc_info=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class Assistant:
+    """What the tools call: the daemon when one answers (checked on every call), else
+    :class:`InProcessEngine`. ``use_daemon=False`` never asks the daemon; ``socket``
+    overrides the daemon's socket path (default: the daemon's own configuration)."""
+
+    def __init__(self, engine: InProcessEngine, use_daemon: bool = True,
+                 socket: Path | None = None):
+        self.engine, self.use_daemon, self.socket = engine, use_daemon, socket
+
+    def _daemon(self):
+        from assistd.client import find_daemon
+
+        return find_daemon(self.socket) if self.use_daemon else None
+
+    async def _via_daemon(self, call):
+        """``call(client)`` on the daemon, in a worker thread, or None when no daemon
+        answers (before, or by the time the call failed). Raises the daemon's errors."""
+        from assistd.client import DaemonError
+
+        client = await anyio.to_thread.run_sync(self._daemon)
+        if client is None:
+            return None
+        try:
+            return await anyio.to_thread.run_sync(call, client)
+        except DaemonError:
+            if await anyio.to_thread.run_sync(client.healthy):
+                raise  # it answers: the error is the daemon's verdict, not an absence
+            log.warning("the daemon on %s stopped answering; running in-process", client.path)
+            return None
+        finally:
+            client.close()
+
+    async def complete(self, body: dict) -> dict:
+        """A completion (``Completion.as_dict()`` plus ``daemon``)."""
+        out = await self._via_daemon(lambda c: c.post("/v1/assistd/complete", body))
+        if out is None:
+            out = await self.engine.run(self.engine.complete, body)
+        return out
+
+    async def stats(self, scope: str | None, full: bool) -> dict:
+        params = {"scope": scope} if scope is not None else {}
+        out = await self._via_daemon(lambda c: c.get("/v1/assistd/stats", **params))
+        daemon = out is not None
+        if out is None:
+            out = await self.engine.run(self.engine.stats, scope)
+        return stats_result(out["ledger"], out.get("user_acceptance") or {}, daemon=daemon,
+                            full=full)
+
+
+# Argument types shared by the tools (module level: the SDK evaluates the annotations
+# in this module's globals).
+MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT,
+                                 description="Most tokens to generate (1-1024).")]
+Stops = Annotated[list[str], Field(max_length=MAX_STOPS, description=(
+    "Up to 4 strings that end the completion where they first appear (excluded from"
+    " it), e.g. [\"\\n\\n\"] for one paragraph or block."))]
+
+
+def _request(prompt_text: str, *, repo: Path | None, language: str, max_tokens: int,
+             stop: list[str]) -> dict:
+    """The body of ``POST /v1/assistd/complete`` (also what the in-process engine takes)."""
+    return {"prompt_text": prompt_text, "repo": str(repo) if repo is not None else None,
+            "proposer": "suffix", "k": "auto", "max_tokens": max_tokens,
+            "max_prompt_tokens": MAX_PROMPT_TOKENS, "stop": [s for s in stop if s],
+            "language": language, "guess_outside_git": True, "sampling": {}}
+
+
+def _file_prompt(path: str, line: int, column: int | None) -> tuple[str, Path | None]:
+    """``(text before the cursor, default repository)`` of ``path``. Raises
+    :class:`InputError` naming the file (missing, a directory, binary) or the position."""
+    from assistd.session import read_prompt
+
+    if not path or path == "-":
+        raise InputError("path must name a file (absolute, or relative to the MCP server's"
+                         " working directory)")
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise InputError(f"file not found: {p}; pass the path of an existing file (absolute,"
+                         f" or relative to {Path.cwd()})")
+    if not p.is_file():
+        raise InputError(f"not a file: {p}; pass the path of a file")
+    try:
+        _, prompt_text, repo = read_prompt(str(p), line, column)
+    except InputError as e:  # name the file the position is in (the message may already)
+        raise InputError(str(e) if str(p) in str(e) else f"{p}: {e}") from None
+    return prompt_text, repo
+
+
+async def _tool_errors(coro):
+    """Await ``coro``; errors become :class:`ToolError` (an ``isError`` result whose
+    text the agent reads) instead of the SDK's generic crash message."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        return await coro
+    except ToolError:
+        raise
+    except AssistdError as e:
+        raise ToolError(str(e)) from None
+    except sqlite3.OperationalError as e:  # e.g. locked past the busy timeout
+        raise ToolError(f"history database: {e}; retry, or set ASSISTD_DB to another file"
+                        ) from None
+    except Exception as e:  # noqa: BLE001 - a tool call must never take the server down
+        log.exception("tool call failed")
+        raise ToolError(f"internal error: {type(e).__name__}: {e}") from None
+
+
+def build_server(assistant: Assistant):
+    """The :class:`mcp.server.mcpserver.MCPServer` with the three tools over ``assistant``."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
+
+    from assistd import __version__
+
+    server = MCPServer("assistd", version=__version__, instructions=SERVER_INSTRUCTIONS,
+                       log_level="WARNING")
+    generating = ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                 idempotent_hint=False, open_world_hint=False)
+
+    @server.tool(annotations=generating)
+    async def complete_code(
+        path: Annotated[str, Field(description="File to complete in: an absolute path, or"
+                                               " relative to the server's working directory.")],
+        line: Annotated[int, Field(ge=1, description="1-based line of the cursor.")],
+        column: Annotated[int | None, Field(ge=1, description=(
+            "1-based character column of the cursor; the column just past the line's last"
+            " character is its end. Omit for the end of the line."))] = None,
+        max_tokens: MaxTokens = 64,
+        stop: Stops = [],  # noqa: B006 - pydantic copies defaults
+    ) -> CompletionResult:
+        """Complete the code at a cursor in a file on disk with assistd's local model.
+
+        The model sees the file's text before the cursor (the text after it is ignored)
+        and drafts from the history of the file's git repository (indexed incrementally
+        on first use), so completions follow the repository's own code. Returns the
+        completion and its ledger: tokens, acceptance_rate (accepted / drafted tokens),
+        mean_acceptance_length (tokens per verification round), tokens_per_s, and
+        daemon (whether the running `assistd serve` daemon served it). Errors (missing
+        file, line or column past the end) come back as tool errors.
+        """
+        from assistd.languages import language_id
+
+        async def go():
+            prompt_text, repo = await anyio.to_thread.run_sync(_file_prompt, path, line, column)
+            body = _request(prompt_text, repo=repo, language=language_id(path),
+                            max_tokens=max_tokens, stop=stop)
+            return completion_result(await assistant.complete(body))
+
+        return await _tool_errors(go())
+
+    @server.tool(annotations=generating)
+    async def continue_text(
+        text: Annotated[str, Field(min_length=1, description="The text to continue.")],
+        max_tokens: MaxTokens = 64,
+        stop: Stops = [],  # noqa: B006 - pydantic copies defaults
+        language: Annotated[str, Field(pattern=LANGUAGE_RE.pattern, description=(
+            "LSP language id of the text (python, markdown, typescript, ...): the draft"
+            " length is tuned per language."))] = "plaintext",
+        repo: Annotated[str | None, Field(description=(
+            "A git repository (or a directory `assistd index` took) whose history drafts"
+            " come from; omit to draft from the text alone."))] = None,
+    ) -> CompletionResult:
+        """Continue a text with assistd's local model (greedy, speculative decoding).
+
+        Returns the continuation and its ledger: tokens, acceptance_rate (accepted /
+        drafted tokens), mean_acceptance_length (tokens per verification round),
+        tokens_per_s, and daemon (whether the running `assistd serve` daemon served it).
+        Only the last 1024 tokens of the text are seen.
+        """
+
+        async def go():
+            root = None
+            if repo:
+                root = Path(repo).expanduser()
+                if not root.is_dir():
+                    raise InputError(f"repo {repo!r} is not a directory; pass a repository"
+                                     " path, or omit repo")
+            body = _request(text, repo=root, language=language, max_tokens=max_tokens,
+                            stop=stop)
+            return completion_result(await assistant.complete(body))
+
+        return await _tool_errors(go())
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def acceptance_stats(
+        scope: Annotated[str | None, Field(description=(
+            "Only this history scope: a repository root (or a path that resolves to one);"
+            " \"\" for completions made outside any repository. Omit for all."))] = None,
+        full: Annotated[bool, Field(description=(
+            "Also per-position acceptance, expected speedup by draft ceiling k and the"
+            " cost model (long)."))] = False,
+    ) -> dict[str, Any]:
+        """What assistd's tuner has measured about speculative decoding, per language id
+        and proposer, plus how often users accepted editor suggestions.
+
+        Per entry: coverage (verification rounds / decode steps: how often a draft
+        existed), acceptance_rate (accepted / drafted tokens), mean_acceptance_length
+        (1 + accepted / rounds, tokens per round), the draft ceiling k the tuner picks
+        (chosen_k) and its expected speedup over plain decoding. Counters decay with
+        age. user_acceptance counts editor suggestions shown, accepted, partially
+        accepted and dismissed per language (a different quantity from draft acceptance).
+        """
+        return await _tool_errors(assistant.stats(scope, full))
+
+    return server
+
+
+def serve_stdio(*, use_daemon: bool = True, model: Path | None = None, db: Path | None = None,
+                n_ctx: int = 2048) -> None:
+    """Run the MCP server on stdin/stdout until the client closes stdin.
+
+    ``use_daemon``: look for the daemon on every call; ``model``, ``db``, ``n_ctx``
+    (tokens): the in-process Target and history when no daemon answers.
+    """
+    engine = InProcessEngine(model=model, db=db, n_ctx=n_ctx)
+    server = build_server(Assistant(engine, use_daemon=use_daemon))
+    try:
+        server.run("stdio")
+    finally:
+        engine.close()
