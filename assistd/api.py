@@ -354,6 +354,10 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         data = await read_json(request)
         if not isinstance(data.get("prompt_text"), str):
             raise ApiError(400, "prompt_text (a string) is required", param="prompt_text")
+        n = data.get("max_tokens", 64)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= config.max_tokens_limit:
+            raise ApiError(400, f"max_tokens must be 1..{config.max_tokens_limit}",
+                           param="max_tokens")
         return JSONResponse(await asyncio.wrap_future(service.complete_at(data)))
 
     async def lsp(request: Request):

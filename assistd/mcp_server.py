@@ -280,7 +280,7 @@ def _request(prompt_text: str, *, repo: Path | None, language: str, max_tokens: 
     return {"prompt_text": prompt_text, "repo": str(repo) if repo is not None else None,
             "proposer": "suffix", "k": "auto", "max_tokens": max_tokens,
             "max_prompt_tokens": MAX_PROMPT_TOKENS, "stop": [s for s in stop if s],
-            "language": language, "guess_outside_git": True, "sampling": {}}
+            "language": language, "guess_outside_git": True, "sampling": {}, "client": "mcp"}
 
 
 def _file_prompt(path: str, line: int, column: int | None) -> tuple[str, Path | None]:

@@ -250,8 +250,9 @@ class Service:
         with the daemon's Target, store and tuner. ``args`` are its keyword arguments
         (JSON: prompt_text, repo, proposer, k, max_tokens, max_prompt_tokens, stop,
         sampling, language). The future gives ``Completion.as_dict()``."""
-        self.requests["complete"] += 1
-        return self.submit(lambda: self._complete_at_job(args), SHELL, "complete")
+        kind = "mcp" if args.get("client") == "mcp" else "complete"
+        self.requests[kind] += 1
+        return self.submit(lambda: self._complete_at_job(args), SHELL, kind)
 
     def _complete_at_job(self, args: dict) -> dict:
         from assistd.session import complete_at
