@@ -70,7 +70,8 @@ class AssistdOptions(BaseModel):
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # strict: "5" is not a number of tokens, "yes" is not a boolean (as OpenAI answers)
+    model_config = ConfigDict(extra="ignore", strict=True)
     model: str
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0, le=2)
@@ -85,6 +86,7 @@ class _Common(BaseModel):
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logprobs: bool | int | None = None
+    response_format: dict | None = None
     assistd: AssistdOptions | None = None
 
 
@@ -96,9 +98,9 @@ class CompletionRequest(_Common):
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[dict] | None = None
+    content: str | list[dict] | None  # required; null only makes sense with tool calls
 
 
 class ChatRequest(_Common):
@@ -156,6 +158,9 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
             raise ApiError(400, "n > 1 is not supported; send separate requests", param="n")
         if req.logprobs:
             raise ApiError(400, "logprobs are not supported", param="logprobs")
+        if req.response_format and req.response_format.get("type", "text") != "text":
+            raise ApiError(400, "response_format other than text (JSON mode, schemas) is not"
+                                " supported", param="response_format")
         if req.frequency_penalty or req.presence_penalty:
             raise ApiError(400, "frequency_penalty and presence_penalty are not supported;"
                                 " use repetition_penalty", param="frequency_penalty")
@@ -169,6 +174,18 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         a = req.assistd
         if a is not None and isinstance(a.k, int) and not 0 <= a.k <= 64:
             raise ApiError(400, "assistd.k must be 'auto' or 0..64", param="assistd.k")
+
+    max_piece = max((len(b) for b in service.target.pieces()), default=1) or 1
+
+    def too_long(text: str) -> None:
+        """Refuse a prompt that cannot fit before tokenizing megabytes of it: a token is
+        at most ``max_piece`` bytes, so more bytes than that times n_ctx never fit."""
+        n_ctx = service.target.n_ctx
+        size = len(text.encode("utf-8", "replace"))
+        if size > n_ctx * max_piece:
+            raise ApiError(400, f"the prompt is {size} bytes, more than this model's context"
+                                f" window of {n_ctx} tokens can hold", param="prompt",
+                           code="context_length_exceeded")
 
     def sampling_of(req: _Common) -> SamplingParams:
         try:
@@ -237,9 +254,15 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        gen.on_text = lambda text: loop.call_soon_threadsafe(queue.put_nowait, ("text", text))
+        def post(item) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is closed: the client and server are gone
+                gen.cancel.set()
+
+        gen.on_text = lambda text: post(("text", text))
         fut = service.generate(gen, priority_of(req))
-        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, ("done", f)))
+        fut.add_done_callback(lambda f: post(("done", f)))
         chunk_obj = "chat.completion.chunk" if chat else "text_completion"
         include_usage = bool((req.stream_options or {}).get("include_usage"))
 
@@ -307,6 +330,8 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
             p = p[0]
         t = service.target
         if isinstance(p, str):
+            p = _valid(p)
+            too_long(p)
             ids = await run_in_threadpool(t.tokenize, p)
             if (t.add_bos or not ids) and t.bos_token_id is not None:
                 ids = [t.bos_token_id] + ids
@@ -326,7 +351,9 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         check_common(req, max_tokens)
         if req.tools:
             raise ApiError(400, "tools (function calling) are not supported", param="tools")
-        messages = [{"role": m.role, "content": message_text(m.content)} for m in req.messages]
+        messages = [{"role": m.role, "content": _valid(message_text(m.content))}
+                    for m in req.messages]
+        too_long("".join(m["content"] for m in messages))
         ids = await run_in_threadpool(chat_prompt_ids, service.target, messages)
         n_ctx = service.target.n_ctx
         gen = gen_request(req, ids, max_tokens or min(config.max_tokens_limit, n_ctx))
@@ -337,6 +364,14 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
             "id": service.model_id, "object": "model", "created": int(service.started_at),
             "owned_by": "assistd", "n_ctx": service.target.n_ctx,
             "backend": service.target.backend}]})
+
+    async def model(request: Request):
+        mid = request.path_params["model"]
+        if mid not in (service.model_id, "assistd"):
+            raise ApiError(404, f"the model {mid!r} does not exist", param="model",
+                           code="model_not_found")
+        return JSONResponse({"id": service.model_id, "object": "model",
+                             "created": int(service.started_at), "owned_by": "assistd"})
 
     async def healthz(request: Request):
         return JSONResponse({"status": "ok", "model": service.model_id})
@@ -387,6 +422,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/v1/assistd/stats", stats, methods=["GET"]),
         Route("/v1/assistd/status", status, methods=["GET"]),
         Route("/v1/assistd/complete", complete, methods=["POST"]),
@@ -416,6 +452,15 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         HTTPException: on_http, Exception: on_error})
     app.add_middleware(_TokenAuth, token=token)
     return app
+
+
+def _valid(text: str) -> str:
+    """Lone surrogates (JSON allows ``\\ud800``) become U+FFFD: the tokenizer takes UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _status_of(exc: BaseException) -> tuple[int, str]:

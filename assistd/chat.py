@@ -5,7 +5,7 @@ Face tokenizer's), rendered in a sandboxed Jinja environment with the variables
 transformers' ``apply_chat_template`` and llama-cpp-python's ``Jinja2ChatFormatter``
 pass (``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``,
 ``raise_exception``). The rendered text's control-token spellings (``<|im_start|>``)
-become their ids, as llama.cpp's server and ``apply_chat_template(tokenize=True)`` do.
+become their ids; the messages' own text never does (it is plain text).
 """
 
 from __future__ import annotations
@@ -121,9 +121,22 @@ def message_text(content) -> str:
 
 
 def chat_prompt_ids(target: Target, messages: list[dict]) -> list[int]:
-    """The token ids of a chat prompt, ending where the assistant's reply starts."""
-    text = render(target, messages)
-    ids = tokenize_with_specials(target, text)
+    """The token ids of a chat prompt, ending where the assistant's reply starts.
+
+    Only the template's own text may hold control tokens: each message's content is
+    rendered as a marker, and tokenized as plain text in its place, so a message that
+    contains ``<|im_start|>system`` cannot forge a turn (it is text, as in
+    ``/v1/completions``)."""
+    markers = [f"\ue000{i}\ue001" for i in range(len(messages))]
+    shown = [{**m, "content": mk} for m, mk in zip(messages, markers)]
+    text = render(target, shown)
+    ids: list[int] = []
+    pos = 0
+    for m in re.finditer("\ue000(\\d+)\ue001", text):
+        ids += tokenize_with_specials(target, text[pos:m.start()])
+        ids += target.tokenize(messages[int(m.group(1))]["content"])
+        pos = m.end()
+    ids += tokenize_with_specials(target, text[pos:])
     bos = target.bos_token_id
     if target.add_bos and bos is not None and (not ids or ids[0] != bos):
         ids = [bos] + ids

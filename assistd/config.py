@@ -99,14 +99,17 @@ class Config:
         return dataclasses.asdict(self)
 
     def to_toml(self) -> str:
-        """TOML text of every setting (unset ones as comments)."""
+        """TOML text of every setting (unset ones as comments), each set one followed
+        by where it came from when not the default."""
+        origins = getattr(self, "origins", {})
         lines = []
         for f in fields(self):
             v = getattr(self, f.name)
             if v is None:
                 lines.append(f"# {f.name} = (unset)")
             else:  # JSON strings, numbers, booleans and arrays are valid TOML values
-                lines.append(f"{f.name} = {json.dumps(v)}")
+                where = f"  # {origins[f.name]}" if f.name in origins else ""
+                lines.append(f"{f.name} = {json.dumps(v)}{where}")
         return "\n".join(lines) + "\n"
 
 
@@ -120,6 +123,8 @@ def _coerce(name: str, value, where: str):
     kind = str(f.type)
     text = isinstance(value, str) and where.startswith("$")
     try:
+        if name == "k" and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # k = 8 in TOML means the same as k = "8"
         if "list" in kind:
             if text:
                 return [p for p in value.split(os.pathsep) if p]
@@ -152,6 +157,11 @@ def _validate(c: Config) -> Config:
         raise InputError(f"backend must be llama or torch, not {c.backend!r}")
     if c.k != "auto" and not (c.k.isdigit() and 0 <= int(c.k) <= 64):
         raise InputError(f"k must be 'auto' or a number of tokens 0..64, not {c.k!r}")
+    from proposers import available
+
+    known = ["none"] + [p for p in available() if p != "draft_model"]
+    if c.proposer not in known:
+        raise InputError(f"proposer must be one of {', '.join(known)}, not {c.proposer!r}")
     if c.n_ctx < 64:
         raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
     for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit"):
@@ -174,6 +184,7 @@ def load_config(path: Path | None = None, overrides: dict | None = None,
     environ = os.environ if environ is None else environ
     names = [f.name for f in fields(Config)]
     values: dict = {}
+    origins: dict[str, str] = {}
     sources = ["defaults"]
     explicit = path is not None or "ASSISTD_CONFIG" in environ
     path = path if path is not None else default_config_file()
@@ -192,14 +203,19 @@ def load_config(path: Path | None = None, overrides: dict | None = None,
                              f" known: {', '.join(names)}")
         for k, v in data.items():
             values[k] = _coerce(k, v, str(path))
+            origins[k] = str(path)
         sources.append(str(path))
     for name in names:
         env = f"ASSISTD_{name.upper()}"
         if env in environ:
             values[name] = _coerce(name, environ[env], f"${env}")
             sources.append(f"${env}")
+            origins[name] = f"${env}"
     for name, v in (overrides or {}).items():
         if v is not None and v != () and v != []:
             values[name] = _coerce(name, list(v) if isinstance(v, tuple) else v, f"--{name}")
             sources.append(f"--{name.replace('_', '-')}")
-    return _validate(Config(**values)), sources
+            origins[name] = sources[-1]
+    config = _validate(Config(**values))
+    config.origins = origins  # for to_toml: where each setting came from
+    return config, sources

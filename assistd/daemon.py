@@ -228,24 +228,32 @@ def serve(config: Config) -> None:
     log_path = setup_logging(config)
     token = read_or_create_token(config.token_path()) if tcp is not None else None
     sock_path = config.socket_path()
-    sockets = [bind_unix(sock_path)]
+    if socket_answers(sock_path):  # fail before the load, not after it
+        raise InputError(f"a daemon already answers on {sock_path}; `assistd status` shows it")
+    service = Service(config)
+    log.info("loading the Target (%s)", config.model or "embedded default")
+    service.start()
+    # Listen only once the Target is loaded: a socket that does not answer would make
+    # clients wait, and `assistd complete` would rather run in-process meanwhile.
+    sockets = []
     try:
+        sockets.append(bind_unix(sock_path))
         if tcp is not None:
             sockets.append(bind_tcp(*tcp))
-        service = Service(config)
-        log.info("loading the Target (%s)", config.model or "embedded default")
-        service.start()
     except BaseException:
         for s in sockets:
             s.close()
-        sock_path.unlink(missing_ok=True)
+        if sockets:
+            sock_path.unlink(missing_ok=True)
+        service.close()
         raise
     watcher = WatcherThread(config, service.target.tokenize, service.target.fingerprint)
     service.watcher = watcher
     watcher.start()
     app = build_app(service, token)
     server = _Server(uvicorn.Config(app, log_config=None, access_log=False,
-                                    timeout_graceful_shutdown=30, lifespan="off"))
+                                    timeout_graceful_shutdown=60, lifespan="off"))
+    server.service = service
 
     async def main():
         loop = asyncio.get_running_loop()
@@ -280,7 +288,10 @@ class _Server(_uvicorn.Server):
         yield
 
     def request_exit(self, sig: int) -> None:
-        log.info("signal %s: finishing requests in hand", signal.Signals(sig).name)
+        # Generations end at their next round with what they have (a stream gets its
+        # final chunk and [DONE]), their ledgers recorded; then the connections close.
+        n = self.service.cancel_all()
+        log.info("signal %s: stopping %d generations in hand", signal.Signals(sig).name, n)
         if self.should_exit:
             self.force_exit = True
         self.should_exit = True

@@ -113,6 +113,8 @@ class Service:
         self.requests = {"api": 0, "lsp": 0, "complete": 0, "mcp": 0}
         self.tokens_generated = 0
         self.generations_cancelled = 0  # stopped early: the client hung up or cancelled
+        self._inflight: set[threading.Event] = set()  # cancel flags of queued/running generations
+        self._inflight_lock = threading.Lock()
         self.watcher = None  # the daemon's WatcherThread, for status()
 
     # -- lifecycle -------------------------------------------------------------
@@ -135,6 +137,8 @@ class Service:
                                   backend=c.backend, n_ctx=c.n_ctx, n_threads=c.threads,
                                   n_gpu_layers=c.n_gpu_layers, device=c.device, dtype=c.dtype)
         self.model_id = c.model_name or Path(self.target.model_path).stem
+        log.info("Target loaded; opening the tuner (the first use of a Target measures its"
+                 " forward times t(n): a few seconds on an idle machine)")
         self.tuner = Tuner.open(LedgerStore(self.store), self.target, seed=env_seed())
         self.index = HistoryIndex(width=2 if self.target.n_vocab < 65535 else 4)
 
@@ -197,8 +201,26 @@ class Service:
         """Queue a generation; the future gives a :class:`GenerationResult`."""
         self.requests[kind] = self.requests.get(kind, 0) + 1
         queued = time.monotonic()
-        return self.submit(lambda: self._generate_job(req, queued), priority,
-                           f"{kind}:generate")
+        with self._inflight_lock:
+            self._inflight.add(req.cancel)
+        fut = self.submit(lambda: self._generate_job(req, queued), priority,
+                          f"{kind}:generate")
+
+        def forget(_):
+            with self._inflight_lock:
+                self._inflight.discard(req.cancel)
+
+        fut.add_done_callback(forget)
+        return fut
+
+    def cancel_all(self) -> int:
+        """Stop every queued and running generation before its next round (shutdown):
+        each ends with what it has, its ledger recorded. Returns how many."""
+        with self._inflight_lock:
+            flags = list(self._inflight)
+        for f in flags:
+            f.set()
+        return len(flags)
 
     def _generate_job(self, req: GenerationRequest, queued: float) -> GenerationResult:
         from assistd.engine import generate

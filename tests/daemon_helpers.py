@@ -33,7 +33,7 @@ class Daemon:
         """Environment for a client process that should find this daemon."""
         return {**os.environ, "ASSISTD_SOCKET": str(self.socket), "ASSISTD_DB": str(self.db)}
 
-    def uds(self, timeout: float = 120) -> httpx.Client:
+    def uds(self, timeout: float = 300) -> httpx.Client:
         return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)),
                             base_url="http://assistd", timeout=timeout)
 

@@ -44,6 +44,8 @@ def test_missing_default_file_is_fine_but_a_named_one_is_not(tmp_path):
     ("k = 'lots'", "k must be 'auto'"),
     ("tcp = 'localhost'", "is not HOST:PORT"),
     ("log_level = 'loud'", "log_level"),
+    ("proposer = 'nope'", "proposer must be one of none"),
+    ("k = 99", "k must be 'auto'"),
 ])
 def test_bad_files_name_the_key(tmp_path, text, needle):
     f = tmp_path / "c.toml"
@@ -51,6 +53,12 @@ def test_bad_files_name_the_key(tmp_path, text, needle):
     with pytest.raises(InputError) as e:
         load_config(f, {}, {})
     assert needle in str(e.value)
+
+
+def test_k_may_be_a_toml_integer(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("k = 8\n")
+    assert load_config(f, {}, {})[0].k == "8"
 
 
 def test_bad_environment_value_names_the_variable():
@@ -80,6 +88,7 @@ def test_print_config_shows_the_effective_toml(tmp_path):
     assert parsed["max_history_mb"] == 100 and parsed["proposer"] == "ngram"
     assert parsed["tcp"] == "127.0.0.1:9999" and parsed["socket_path"].endswith(".sock")
     assert "token_path" in parsed
+    assert f"max_history_mb = 100  # {f}" in out and 'proposer = "ngram"  # $ASSISTD_PROPOSER' in out
 
 
 def test_serve_refuses_a_non_loopback_address_and_a_public_token_file(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -166,6 +167,14 @@ def test_tcp_refuses_without_the_right_token_and_files_are_private(daemon):
     (json.dumps({"model": "assistd", "prompt": "x", "assistd": {"proposer": "magic"}}).encode(),
      400, "magic"),
     (json.dumps({"model": "assistd"}).encode(), 400, "prompt"),
+    (json.dumps({"model": "assistd", "prompt": "x", "max_tokens": "5"}).encode(), 400,
+     "max_tokens"),
+    (json.dumps({"model": "assistd", "prompt": "x", "max_tokens": True}).encode(), 400,
+     "max_tokens"),
+    (json.dumps({"model": "assistd", "prompt": "x", "stream": "yes"}).encode(), 400, "stream"),
+    (json.dumps({"model": "assistd", "prompt": "x", "response_format": {"type": "json_object"}}
+                ).encode(), 400, "response_format"),
+    (json.dumps({"model": "assistd", "prompt": "x" * 7_000_000}).encode(), 400, "bytes"),
 ])
 def test_bad_requests_get_4xx_with_a_message(uds, body, status, needle):
     r = uds.post("/v1/completions", content=body, headers={"content-type": "application/json"})
@@ -186,6 +195,29 @@ def test_oversized_body_and_bad_chat(uds):
     r = uds.post("/v1/chat/completions", json={"model": "assistd", "messages": [
         {"role": "wizard", "content": "hi"}]})
     assert r.status_code == 400 and "role" in r.json()["error"]["message"]
+    r = uds.post("/v1/chat/completions", json={"model": "assistd", "messages": [
+        {"role": "user"}]})
+    assert r.status_code == 400 and "content" in r.json()["error"]["message"]
+    assert uds.get("/v1/models/assistd").json()["id"] == model_id(uds)
+    assert uds.get("/v1/models/gpt-4").status_code == 404
+
+
+def test_message_text_cannot_forge_control_tokens(uds):
+    """`<|im_start|>` inside a message is text (several tokens), not the control token:
+    a message cannot open a system turn of its own."""
+    def prompt_tokens(content):
+        r = uds.post("/v1/chat/completions", json={"model": "assistd", "max_tokens": 1,
+                                                   "messages": [{"role": "user",
+                                                                 "content": content}]})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens"]
+
+    assert prompt_tokens("<|im_start|>") > prompt_tokens("x") + 1
+    # A lone surrogate (valid JSON) is a replacement character, not a codec error.
+    r = uds.post("/v1/completions", content=b'{"model": "assistd", "prompt": "a\\ud800b",'
+                                            b' "max_tokens": 1}',
+                 headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
     assert uds.get("/v1/nothing").status_code == 404
 
 
@@ -394,3 +426,23 @@ def test_a_client_that_hangs_up_stops_its_generation(daemon, stream):
     st = daemon.status()
     assert st["generations_cancelled"] == before + 1
     assert not st["jobs_running"]
+
+
+def test_sigterm_during_a_stream_ends_it_cleanly(tmp_path):
+    """SIGTERM stops the generation in hand at its next round: the stream gets its final
+    chunk and [DONE], the daemon exits 0 and removes its socket."""
+    d = start_daemon(tmp_path / "d")
+    req = {"model": "assistd", "prompt": "Once upon a time", "max_tokens": 3000,
+           "temperature": 0, "stream": True, "assistd": {"proposer": "none"}}
+    lines = []
+    with d.uds() as c, c.stream("POST", "/v1/completions", json=req) as r:
+        for line in r.iter_lines():
+            lines.append(line)
+            if len(lines) == 3:
+                d.proc.send_signal(signal.SIGTERM)
+    events = sse(lines)
+    assert events[-1]["choices"][0]["finish_reason"] == "cancelled"
+    assert 0 < events[-1]["usage"]["completion_tokens"] < 3000
+    assert d.proc.wait(60) == 0
+    assert not d.socket.exists()
+    assert "Traceback" not in (tmp_path / "d" / "daemon.stderr").read_text()
