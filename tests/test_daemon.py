@@ -66,10 +66,18 @@ def test_models_health_and_completion_with_ledger(uds, daemon):
     u = body["usage"]
     assert u["completion_tokens"] == 12 and u["total_tokens"] == u["prompt_tokens"] + 12
     ledger = u["assistd"]["ledger"]
-    assert ledger["committed_tokens"] == 12
-    # The pattern repeats in the prompt and the history: the suffix proposer drafted.
+    assert ledger["committed_tokens"] == 12 == ledger["accepted_tokens"] + ledger["rounds"] \
+        + ledger["plain_steps"]
+    assert u["assistd"]["proposer"] == "suffix" and u["assistd"]["k"] == "auto"
+    # Whether suffix drafts depends on the Target's measured forward times (a busy
+    # machine makes drafts not pay); ngram with a forced k drafts whenever the context
+    # repeats, as this pattern does.
+    r = uds.post("/v1/completions", json={
+        "model": mid, "prompt": PATTERN * 4 + "def f4():\n    return", "max_tokens": 12,
+        "temperature": 0, "assistd": {"proposer": "ngram", "k": 8}})
+    ledger = r.json()["usage"]["assistd"]["ledger"]
+    assert r.json()["choices"][0]["text"] == body["choices"][0]["text"]
     assert ledger["rounds"] >= 1 and ledger["accepted_tokens"] >= 1
-    assert u["assistd"]["proposer"] == "suffix"
 
 
 def test_streamed_completion_is_the_same_text(uds):
