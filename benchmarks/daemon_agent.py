@@ -75,6 +75,7 @@ from assistd.replay_inputs import Session, transcript_session  # noqa: E402
 from assistd.session import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from storage.transcripts import HEAD_BYTES, detect_format, open_bytes  # noqa: E402
+from benchmarks.lsp_typing import cpu_busy  # noqa: E402
 from tests.daemon_helpers import start_daemon  # noqa: E402
 
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "transcripts"
@@ -252,20 +253,6 @@ def fit_all(calls: list[dict], n_ctx: int, max_tokens: int) -> None:
 
 
 # -- measuring ------------------------------------------------------------------------
-
-
-def cpu_busy(seconds: float = 1.0) -> float | None:
-    """The share of CPU time not idle over ``seconds`` (/proc/stat; None elsewhere)."""
-    def sample():
-        v = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-        return sum(v), v[3] + v[4]
-    try:
-        t0, i0 = sample()
-        time.sleep(seconds)
-        t1, i1 = sample()
-    except OSError:
-        return None
-    return 1 - (i1 - i0) / max(1, t1 - t0)
 
 
 def wait_watching(daemon, timeout_s: float = 900) -> dict:
