@@ -37,10 +37,18 @@ def _compile(template: str):
     return env.from_string(template)
 
 
+def _pieces(target: Target) -> list[bytes]:
+    """``target.pieces()``, built once per Target (it walks the whole vocabulary)."""
+    cached = getattr(target, "_assistd_pieces", None)
+    if cached is None:
+        cached = target._assistd_pieces = target.pieces()
+    return cached
+
+
 def _piece(target: Target, i: int | None) -> str:
     if i is None:
         return ""
-    return target.pieces()[i].decode("utf-8", errors="replace")
+    return _pieces(target)[i].decode("utf-8", errors="replace")
 
 
 def render(target: Target, messages: list[dict], add_generation_prompt: bool = True) -> str:
@@ -50,7 +58,9 @@ def render(target: Target, messages: list[dict], add_generation_prompt: bool = T
     out of order for a template that checks them)."""
     from jinja2.exceptions import TemplateError
 
-    template = target.chat_template() or CHATML
+    template = getattr(target, "_assistd_template", None)
+    if template is None:  # the GGUF header is parsed once per Target, not per request
+        template = target._assistd_template = target.chat_template() or CHATML
     eos = min(target.eos_token_ids) if target.eos_token_ids else None
     try:
         return _compile(template).render(
@@ -64,7 +74,7 @@ def _specials(target: Target) -> tuple[re.Pattern | None, dict[str, int]]:
     cached = getattr(target, "_assistd_specials", None)
     if cached is not None:
         return cached
-    pieces = target.pieces()
+    pieces = _pieces(target)
     table = {}
     for i in sorted(target.special_ids()):
         text = pieces[i].decode("utf-8", errors="replace")
