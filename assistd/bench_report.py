@@ -1,0 +1,290 @@
+"""``assistd bench`` output: the report dict as a terminal table, Markdown, plots and files.
+
+One job: render the report that :mod:`assistd.bench` measures (what ``assistd bench --json``
+prints) without changing it. Sinks: ``rich`` tables (:func:`print_ledger`), GitHub
+Markdown for README's "Performance" section (:func:`ledger_markdown`), two PNG figures
+(:func:`plot_speedup`, :func:`plot_acceptance`) and a folder holding all of them plus the
+JSON (:func:`write_report`).
+
+Every number may be ``None`` (no data: a peer library that exposes no acceptance, an arm
+that never drafted); it is shown as ``-``. Columns, per arm of a workload:
+
+    tok/s            committed tokens per second of decoding
+    speedup          tok/s over the plain arm's, mean of the repeats (min–max of repeats)
+    accept           acceptance_rate = accepted / drafted tokens
+    mean len         mean_acceptance_length = 1 + accepted / rounds (tokens per round)
+    coverage         rounds / (rounds + plain steps)
+    a_1..a_4         conditional acceptance at draft positions 1..4 (accepted_i / tried_i)
+    draft, verify    milliseconds per committed token
+    extra MiB        memory over plain decoding, MiB (2**20 bytes)
+    output match     cases whose text equals plain decoding's; a near-tie differs only
+                     where plain decoding's top-2 logits were within ``near_tie_gap``
+
+Example cells: speedup 1.23 over repeats 1.18..1.27 is ``1.23× (1.18–1.27)``; output
+match 5 exact, 1 near-tie of 6 is ``5/6 +1 near-tie``; a = [0.82, 0.75, 0.6] is ``.82 .75 .60``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from assistd.errors import InputError
+
+POSITIONS = 4  # conditional acceptances shown in the tables (JSON and plot have all)
+HEADERS = ["arm", "tok/s", "speedup (× plain)", "accept", "mean len (tok/round)", "coverage",
+           f"a_1..a_{POSITIONS}", "draft ms/tok", "verify ms/tok", "extra MiB", "output match"]
+LEGEND = ("speedup = tok/s over plain decoding, mean of repeats (min–max); accept = accepted /"
+          " drafted tokens; mean len = 1 + accepted / rounds; coverage = rounds / steps;"
+          f" a_1..a_{POSITIONS} = conditional acceptance per draft position; ms/tok = per"
+          " committed token; output match = cases identical to plain decoding (near-tie:"
+          " differs only where plain's top-2 logits are within the gap)")
+
+
+def _f(x, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _speedup(arm: dict) -> str:
+    """``1.23× (1.18–1.27)``; the range is left out when it is missing or a single value."""
+    s, lo, hi = arm.get("speedup"), arm.get("speedup_min"), arm.get("speedup_max")
+    if s is None:
+        return "-"
+    text = f"{s:.2f}×"
+    if lo is not None and hi is not None and f"{lo:.2f}" != f"{hi:.2f}":
+        text += f" ({lo:.2f}–{hi:.2f})"
+    return text
+
+
+def _positions(arm: dict) -> str:
+    a = (arm.get("conditional_acceptance") or [])[:POSITIONS]
+    if all(x is None for x in a):
+        return "-"
+    return " ".join("-" if x is None else f"{x:.2f}".removeprefix("0") for x in a)
+
+
+def _mib(n_bytes) -> str:
+    return "-" if n_bytes is None else f"{n_bytes / 2**20:.1f}"
+
+
+def _match(arm: dict) -> tuple[str, str]:
+    """(``exact/total`` plus the near-tie count, the ``N DIFFERS`` part or ``""``)."""
+    m = arm.get("output_match") or {}
+    exact, near, differs = (m.get(k) or 0 for k in ("exact", "near_tie", "differs"))
+    total = exact + near + differs
+    if not total:
+        return "-", ""
+    head = f"{exact}/{total}" + (f" +{near} near-tie" if near else "")
+    return head, (f"{differs} DIFFERS" if differs else "")
+
+
+def _cells(arm: dict) -> list[str]:
+    """Every column but output match, as text."""
+    return [str(arm.get("arm", "?")), _f(arm.get("tokens_per_s"), ".1f"), _speedup(arm),
+            _f(arm.get("acceptance_rate")), _f(arm.get("mean_acceptance_length")),
+            _f(arm.get("coverage")), _positions(arm), _f(arm.get("draft_ms_per_token")),
+            _f(arm.get("verify_ms_per_token")), _mib(arm.get("extra_memory_bytes"))]
+
+
+def _counts(w: dict) -> str:
+    """``6 cases, 7,000 prompt tokens, 180,000 history tokens`` (missing counts left out)."""
+    counts = [f"{w[k]:,} {label}" for k, label in (("cases", "cases"), ("prompt_tokens",
+              "prompt tokens"), ("history_tokens", "history tokens")) if w.get(k) is not None]
+    return ", ".join(counts) or "no counts"
+
+
+def _machine_line(report: dict) -> str:
+    m = report.get("machine") or {}
+    parts = [m.get("cpu"), m.get("cores") and f"{m['cores']} cores", m.get("platform"),
+             m.get("python") and f"Python {m['python']}",
+             m.get("llama_cpp_python") and f"llama-cpp-python {m['llama_cpp_python']}",
+             m.get("threads") and f"{m['threads']} threads",
+             m.get("memory_bytes") and f"{m['memory_bytes'] / 2**30:.1f} GiB RAM"]
+    return "machine: " + (", ".join(str(p) for p in parts if p) or "-")
+
+
+def _target_line(report: dict) -> str:
+    t = report.get("target") or {}
+    model = t.get("model") and Path(str(t["model"])).name
+    parts = [t.get("backend"), model, t.get("n_ctx") and f"n_ctx {t['n_ctx']}"]
+    return "target: " + (" ".join(str(p) for p in parts if p) or "-")
+
+
+def _settings_line(report: dict) -> str:
+    s = report.get("settings") or {}
+    return "settings: " + (", ".join(f"{k}={v}" for k, v in s.items()) or "-")
+
+
+def print_ledger(report: dict, console=None) -> None:
+    """The report as one ``rich`` table per workload (a row per arm, columns as in the
+    module docstring), then one line with the machine, target and settings."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    if console is None:
+        kw = {"emoji": False, "markup": False, "highlight": False}
+        console = Console(**kw) if sys.stdout.isatty() else Console(width=160, **kw)
+    for w in report.get("workloads") or []:
+        table = Table(title=f"{w.get('name', '?')}: {_counts(w)}", title_justify="left")
+        for col in HEADERS:
+            table.add_column(col, justify="left" if col in ("arm", "output match") else "right",
+                             overflow="fold")
+        for arm in w.get("arms") or []:
+            head, differs = _match(arm)
+            match = Text(head)
+            if differs:
+                match.append(" " + differs, style="bold red")
+            table.add_row(*(Text(c) for c in _cells(arm)), match)
+        console.print(table)
+    if not report.get("workloads"):
+        console.print("no workloads in the report")
+    console.print(Text(LEGEND, style="dim"))
+    console.print(Text(f"{_machine_line(report)}; {_target_line(report)}\n"
+                       f"{_settings_line(report)}"))
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def ledger_markdown(report: dict, level: int = 3) -> str:
+    """The report as GitHub Markdown: machine, target, settings and the command to
+    reproduce, then a heading (``level`` #s) and a table per workload, then the legend."""
+    lines = [f"- {_machine_line(report)}", f"- {_target_line(report)}",
+             f"- {_settings_line(report)}"]
+    if report.get("started") or report.get("wall_s") is not None:
+        lines.append(f"- run: {report.get('started') or '-'}, {_f(report.get('wall_s'), '.0f')} s")
+    lines += ["", "```sh", str(report.get("command") or "assistd bench"), "```"]
+    for w in report.get("workloads") or []:
+        lines += ["", f"{'#' * level} {w.get('name', '?')}", ""]
+        about = (w.get("description") or "").strip()
+        lines.append((about + " " if about else "") + _counts(w)
+                     + (f" ({w['history_documents']:,} documents)"
+                        if w.get("history_documents") is not None else "") + ".")
+        lines += ["", "| " + " | ".join(HEADERS) + " |",
+                  "|" + "|".join("---" if h == "arm" else "---:" for h in HEADERS[:-1]) + "|---|"]
+        for arm in w.get("arms") or []:
+            head, differs = _match(arm)
+            cells = _cells(arm) + [head + (f" **{differs}**" if differs else "")]
+            lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
+    lines += ["", LEGEND + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)  # the Agg backend, off screen, whatever the default backend
+    return fig
+
+
+def _save(fig, path: Path):
+    try:
+        fig.savefig(path, dpi=100)
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot write {path}: {getattr(e, 'strerror', None) or e};"
+                         " pass another output folder") from None
+    return fig
+
+
+def _arm_colors(report: dict, keep) -> dict[str, str]:
+    """One colour per arm name, the same in every subplot, in order of first appearance."""
+    from matplotlib import rcParams
+
+    palette = rcParams["axes.prop_cycle"].by_key()["color"]
+    names = dict.fromkeys(a.get("arm", "?") for w in report.get("workloads") or []
+                          for a in w.get("arms") or [] if keep(a))
+    return {n: palette[i % len(palette)] for i, n in enumerate(names)}
+
+
+def plot_speedup(report: dict, path: str | Path):
+    """Grouped bars into ``path`` (PNG): speedup over plain decoding (× plain) per
+    workload, a bar per non-plain arm with a min–max whisker over the repeats; the dashed
+    line at 1.0 is plain decoding. Returns the matplotlib ``Figure``."""
+    path, workloads = Path(path), report.get("workloads") or []
+    colors = _arm_colors(report, lambda a: a.get("kind") != "plain")
+    fig = _figure(max(8.0, 3.5 + 0.5 * max(1, len(workloads)) * max(1, len(colors))), 4.5)
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(colors))
+    for j, (name, color) in enumerate(colors.items()):
+        xs, ys, err = [], [], [[], []]
+        for i, w in enumerate(workloads):
+            arm = next((a for a in w.get("arms") or [] if a.get("arm") == name), None)
+            if arm is None or arm.get("speedup") is None:
+                continue
+            s = arm["speedup"]
+            xs.append(i - 0.4 + width * (j + 0.5))
+            ys.append(s)
+            err[0].append(max(0.0, s - (arm.get("speedup_min") if arm.get("speedup_min")
+                                        is not None else s)))
+            err[1].append(max(0.0, (arm.get("speedup_max") if arm.get("speedup_max")
+                                    is not None else s) - s))
+        bars = ax.bar(xs, ys, width, yerr=err, capsize=3, color=color, label=name)
+        ax.bar_label(bars, fmt="%.2f", fontsize="x-small", padding=2)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="plain decoding (1.0)")
+    ax.set_xticks(range(len(workloads)), [str(w.get("name", "?")) for w in workloads])
+    model = (report.get("target") or {}).get("model")
+    ax.set(xlabel="workload", ylabel="speedup (× plain decoding tok/s)",
+           title="assistd bench: speedup over plain decoding"
+           + (f"\n{Path(str(model)).name}" if model else ""))
+    if not colors:
+        ax.text(0.5, 0.5, "no arms besides plain decoding", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    return _save(fig, path)
+
+
+def plot_acceptance(report: dict, path: str | Path):
+    """One subplot per workload into ``path`` (PNG): conditional acceptance a_i against
+    draft position i = 1..N, a line per arm with any measured value (arms that never
+    drafted, or whose library does not say, are left out). Returns the ``Figure``."""
+    from matplotlib.ticker import MaxNLocator
+
+    path, workloads = Path(path), report.get("workloads") or [{"name": "no workloads"}]
+
+    def measured(a):
+        return any(x is not None for x in a.get("conditional_acceptance") or [])
+
+    colors = _arm_colors(report, measured)
+    fig = _figure(0.5 + 4.2 * len(workloads), 4.0)
+    axes = fig.subplots(1, len(workloads), sharex=True, sharey=True,
+                        squeeze=False)[0]
+    for ax, w in zip(axes, workloads):
+        for arm in w.get("arms") or []:
+            if measured(arm):
+                pts = [(i, x) for i, x in enumerate(arm["conditional_acceptance"], 1)
+                       if x is not None]
+                ax.plot(*zip(*pts), marker="o", markersize=3, label=arm.get("arm", "?"),
+                        color=colors[arm.get("arm", "?")])
+        ax.set(title=str(w.get("name", "?")), xlabel="draft position i", ylim=(-0.02, 1.05))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.lines:
+            ax.legend(fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "no drafts", ha="center", va="center", transform=ax.transAxes)
+    axes[0].set_ylabel("a_i = accepted_i / tried_i")
+    fig.suptitle("assistd bench: conditional acceptance per draft position")
+    return _save(fig, path)
+
+
+def write_report(report: dict, directory: str | Path) -> list[Path]:
+    """Write ``ledger.json``, ``ledger.md``, ``speedup.png`` and ``acceptance.png`` into
+    ``directory`` (created with its parents) and return their paths. Raises
+    :class:`InputError` when the folder cannot be created or written."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        json_path, md_path = directory / "ledger.json", directory / "ledger.md"
+        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        md_path.write_text(ledger_markdown(report), encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot write the bench report into {directory}:"
+                         f" {e.strerror or e}; pass another output folder") from None
+    speedup_path, acceptance_path = directory / "speedup.png", directory / "acceptance.png"
+    plot_speedup(report, speedup_path)
+    plot_acceptance(report, acceptance_path)
+    return [json_path, md_path, speedup_path, acceptance_path]
