@@ -35,7 +35,8 @@ from assistd.errors import InputError
 POSITIONS = 4  # conditional acceptances shown in the tables (JSON and plot have all)
 HEADERS = ["arm", "tok/s", "speedup (× plain)", "accept", "mean len (tok/round)", "coverage",
            f"a_1..a_{POSITIONS}", "draft ms/tok", "verify ms/tok", "extra MiB", "output match"]
-LEGEND = ("speedup = tok/s over plain decoding, mean of repeats (min–max); accept = accepted /"
+LEGEND = ("speedup = tok/s over plain decoding's, whole run (min–max of the repeats); tok/s ="
+          " committed tokens / decode s (prefill excluded); accept = accepted /"
           " drafted tokens; mean len = 1 + accepted / rounds; coverage = rounds / steps;"
           f" a_1..a_{POSITIONS} = conditional acceptance per draft position; ms/tok = per"
           " committed token; output match = cases identical to plain decoding (near-tie:"

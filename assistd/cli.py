@@ -583,6 +583,132 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, model, as_jso
     _print_replay(report)
 
 
+class _BenchK(_KChoice):
+    """--k for bench: 'auto' or 1..64 (plain decoding is always in the run)."""
+
+    name = "auto|1-64"
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if v == 0:
+            self.fail("0 is plain decoding, which every bench runs anyway; pick 1-64 or auto",
+                      param, ctx)
+        return v
+
+
+@cli.command()
+@click.option("--workload", "workloads", multiple=True, metavar="NAME|NAME=PATH|PATH",
+              help="agent (transcripts), edit (a git history), stdlib (a library of .py"
+                   " files), novel (prose requests, code history); NAME=PATH picks the"
+                   " source, a bare PATH is guessed (git repo: edit, .py folder: stdlib,"
+                   " else transcripts). Repeat for several. [default: all four]")
+@click.option("--proposer", "proposers", multiple=True, metavar="NAME",
+              help="Proposer arm; repeat for several. [default: ngram, suffix and the peers'"
+                   " rules peer:suffixdecoding, peer:llama-cpp-python-pld, peer:transformers-pld]")
+@_backend_option
+@_model_option
+@click.option("--draft-model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Add a draft_model arm with this GGUF (same tokenizer).")
+@click.option("--k", "k", type=_BenchK(), default="auto", show_default=True,
+              help="Draft ceiling of our proposers, or 'auto' (a fresh tuner per workload).")
+@click.option("--cases", type=click.IntRange(1), default=6, show_default=True,
+              help="Prompts per workload.")
+@click.option("--max-tokens", type=click.IntRange(1, 1024), default=96, show_default=True,
+              help="Tokens generated per prompt.")
+@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True,
+              help="Times each arm runs each prompt (the speedup's spread).")
+@click.option("--max-prompt-tokens", type=click.IntRange(16), default=1536, show_default=True,
+              help="Prompt window, in tokens.")
+@_n_ctx_option
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="CPU threads of the Target and the library peer. [default: all usable]")
+@click.option("--no-library-peer", is_flag=True,
+              help="Skip llama-cpp-python's own prompt-lookup decoding (a second model instance).")
+@click.option("--near-tie", type=click.FloatRange(0), default=0.25, show_default=True,
+              help="Top-2 logit gap under which a differing output counts as a near-tie.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="Which stdlib files and cursors; the tuner's exploration draws.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
+              help="Write ledger.md, ledger.json, speedup.png and acceptance.png here.")
+def bench(workloads, proposers, backend, model, draft_model, k, cases, max_tokens, repeats,
+          max_prompt_tokens, n_ctx, threads, no_library_peer, near_tie, seed, as_json,
+          report_dir):
+    """Measure plain decoding, every proposer and the in-stack peers on one ledger.
+
+    One process, one Target, the same prompts, the arms interleaved. Prints per
+    workload and arm: tokens/s, speedup over plain (min-max over repeats), acceptance
+    rate, mean acceptance length, coverage, per-position acceptance, draft and verify
+    ms per token, extra memory, and whether greedy output matched plain decoding.
+
+    \b
+    Examples:
+        assistd bench
+        assistd bench --workload agent=~/.claude/projects/myproj --workload edit=. --report out/
+        assistd bench --workload novel --proposer suffix --k 8 --json
+    """
+    import shlex
+
+    from assistd import bench as bench_mod
+    from assistd.bench_report import print_ledger, write_report
+
+    specs = list(workloads) or ["agent", "edit", "stdlib", "novel"]
+    if not workloads:
+        from assistd.bench_workloads import default_transcripts
+
+        if not default_transcripts():
+            click.echo("note: no agent transcripts found (./.aider.chat.history.md,"
+                       " ~/.claude/projects, ~/.codex/sessions): agent left out; pass"
+                       " --workload agent=PATH", err=True)
+            specs.remove("agent")
+    if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
+        raise InputError(f"--report {report_dir}: not a folder")
+    command = "assistd bench " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "assistd bench"
+    progress, close = _bench_progress()
+    try:
+        report = bench_mod.run(
+            specs, proposers=list(proposers) or bench_mod.DEFAULT_PROPOSERS, backend=backend,
+            model=model, draft_model=draft_model, k=k, cases=cases, max_tokens=max_tokens,
+            repeats=repeats, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
+            n_threads=threads, library_peer=not no_library_peer, near_tie_gap=near_tie,
+            seed=seed, command=command, progress=progress)
+    finally:
+        close()
+    if report_dir is not None:
+        for path in write_report(report, report_dir):
+            click.echo(f"wrote {path}", err=True)
+    if as_json:
+        click.echo(json.dumps(report))
+    else:
+        print_ledger(report)
+
+
+def _bench_progress():
+    """``(progress(total) -> step(description, n), close())``: a rich bar on stderr when
+    it is a terminal, else one line per workload step."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    bar = Progress("[progress.description]{task.description}", BarColumn(),
+                   MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True)
+    bar.start()
+    task = bar.add_task("loading", total=None)
+
+    def progress(total: int):
+        bar.update(task, total=total, description="bench")
+
+        def step(description: str, n: int) -> None:
+            bar.update(task, advance=n, description=description)
+
+        return step
+
+    return progress, bar.stop
+
+
 def _print_replay(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table

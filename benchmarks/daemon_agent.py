@@ -57,7 +57,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -70,8 +69,9 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from assistd.bench_workloads import aider_runs, fit, model_calls  # noqa: E402
 from assistd.chat import chat_prompt_ids  # noqa: E402
-from assistd.replay_inputs import Session, transcript_session  # noqa: E402
+from assistd.replay_inputs import transcript_session  # noqa: E402
 from assistd.session import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from storage.transcripts import HEAD_BYTES, detect_format, open_bytes  # noqa: E402
@@ -80,9 +80,6 @@ from tests.daemon_helpers import start_daemon  # noqa: E402
 
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "transcripts"
 DEFAULT = FIXTURES / "aider" / "aider__tests_fixtures_chat-history.TRUNCATED.md"
-AIDER_RUN = re.compile(r"^# aider chat started at", re.M)
-ROLE = {"user": "user", "tool_result": "user", "system": "system",
-        "assistant": "assistant", "tool_input": "assistant"}  # anything else: user
 # Arms: (name, proposer, scope): P = the project with the earlier sessions, Q = an empty
 # project (the same proposer drafting from the live request alone: the history's share).
 ARMS = (("suffix", "suffix", "P"), ("suffix, no history", "suffix", "Q"), ("none", "none", "P"))
@@ -90,70 +87,6 @@ MARGIN_TOKENS = 8  # the prompt budget's slack below n_ctx - max_tokens - 1
 
 
 # -- workload ----------------------------------------------------------------------------
-
-
-def aider_runs(text: str) -> list[str]:
-    """An aider history split at its ``# aider chat started at`` lines (text before
-    the first one, if any, is the first run)."""
-    starts = [m.start() for m in AIDER_RUN.finditer(text)]
-    if not starts or starts[0] != 0:
-        starts = [0] + starts
-    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]) if text[a:b].strip()]
-
-
-def model_calls(session: Session) -> list[dict]:
-    """[{messages, reference}]: one call per group of consecutive model turns."""
-    calls, msgs, i, turns = [], [], 0, session.turns
-    while i < len(turns):
-        t = turns[i]
-        if not t.is_model:
-            role = ROLE.get(t.role, "user")
-            if msgs and msgs[-1]["role"] == role:
-                msgs[-1] = {"role": role, "content": msgs[-1]["content"] + "\n\n" + t.text}
-            else:
-                msgs.append({"role": role, "content": t.text})
-            i += 1
-            continue
-        j = i
-        while j < len(turns) and turns[j].is_model:
-            j += 1
-        reply = "\n\n".join(x.text for x in turns[i:j])
-        if any(m["role"] != "system" and m["content"].strip() for m in msgs):
-            calls.append({"messages": [dict(m) for m in msgs], "reference": reply})
-        if msgs and msgs[-1]["role"] == "assistant":
-            msgs[-1] = {"role": "assistant", "content": msgs[-1]["content"] + "\n\n" + reply}
-        else:
-            msgs.append({"role": "assistant", "content": reply})
-        i = j
-    return calls
-
-
-def fit(target, messages: list[dict], budget: int) -> tuple[list[dict], int, int]:
-    """(messages, prompt tokens, messages dropped): the oldest non-system messages
-    dropped until the rendered prompt has at most ``budget`` tokens; a message left
-    alone over it (or a system message over half of it) keeps its last tokens."""
-    system = [m for m in messages[:1] if m["role"] == "system"]
-    rest = messages[len(system):]
-
-    def cut(m, keep):
-        ids = target.tokenize(m["content"])
-        return {**m, "content": target.detokenize(ids[-max(1, keep):]) if keep > 0 else ""}
-
-    if system and len(target.tokenize(system[0]["content"])) > budget // 2:
-        system = [cut(system[0], budget // 2)]
-    sizes = [len(target.tokenize(m["content"])) + 4 for m in rest]  # + role and markers
-    dropped = 0
-    base = len(chat_prompt_ids(target, system + [{"role": "user", "content": ""}]))
-    while len(rest) > 1 and base + sum(sizes) > budget:
-        rest, sizes, dropped = rest[1:], sizes[1:], dropped + 1
-    while True:
-        n = len(chat_prompt_ids(target, system + rest))
-        if n <= budget:
-            return system + rest, n, dropped
-        if len(rest) > 1:
-            rest, dropped = rest[1:], dropped + 1
-        else:
-            rest = [cut(rest[0], len(target.tokenize(rest[0]["content"])) - (n - budget) - 2)]
 
 
 def rehome(path: Path, project: Path, tmp: Path, i: int) -> tuple[Path | None, str]:

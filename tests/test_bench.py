@@ -1,0 +1,191 @@
+"""`assistd bench` on the real embedded Target, tiny workloads of real text.
+
+The short run's report is checked three ways: it is valid JSON / Markdown / PNG, its
+numbers obey the ledger arithmetic (``check_ledger``, itself shown to catch a broken row),
+and every greedy arm's output equals plain decoding's up to near-ties, with the gap seen.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assistd.bench import arms_for, check_ledger, first_difference
+from assistd.bench_workloads import edit_cursor, parse_spec
+from assistd.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@e",
+                    *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def edit_repo(tmp_path_factory) -> Path:
+    """Two commits of this project's ledger module: the second renames a field near the
+    top, so the rest of the file is unchanged and in the history (the old version)."""
+    repo = tmp_path_factory.mktemp("edit")
+    _git(repo, "init", "-q")
+    text = (ROOT / "assistd" / "ledger.py").read_text()
+    (repo / "ledger.py").write_text(text)
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "first")
+    assert "committed tokens" in text
+    (repo / "ledger.py").write_text(text.replace("committed tokens", "committed_tokens", 1))
+    _git(repo, "commit", "-qam", "second")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> Path:
+    """A small 'library': this project's proposer modules."""
+    lib = tmp_path_factory.mktemp("lib")
+    for p in sorted((ROOT / "proposers").glob("*.py")):
+        shutil.copy(p, lib / p.name)
+    return lib
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory, edit_repo, library):
+    out = tmp_path_factory.mktemp("report")
+    cmd = [sys.executable, "-m", "assistd", "bench",
+           "--workload", f"edit={edit_repo}", "--workload", f"agent={ROOT / 'tests/data/replay'}",
+           "--workload", f"stdlib={library}", "--workload", f"novel={ROOT / 'tests/data/transcripts'}",
+           "--cases", "1", "--max-tokens", "24", "--repeats", "2", "--max-prompt-tokens", "400",
+           "--report", str(out / "r"), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), out / "r", proc.stderr
+
+
+def test_short_run_writes_valid_json_markdown_and_png(short_run):
+    report, out, stderr = short_run
+    assert sorted(p.name for p in out.iterdir()) == [
+        "acceptance.png", "ledger.json", "ledger.md", "speedup.png"]
+    assert json.loads((out / "ledger.json").read_text()) == report
+    md = (out / "ledger.md").read_text()
+    for w in ("agent", "edit", "stdlib", "novel"):
+        assert f"### {w}" in md
+    assert "assistd bench" in md and "llama-cpp-python PLD (library)" in md
+    for png in ("speedup.png", "acceptance.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == PNG and len(data) > 5000
+    assert "wrote" in stderr
+
+
+def test_short_run_has_every_arm_and_workload(short_run):
+    report, _, _ = short_run
+    assert [w["name"] for w in report["workloads"]] == ["edit", "agent", "stdlib", "novel"]
+    expected = ["plain", "ngram", "suffix", "peer:suffixdecoding", "peer:llama-cpp-python-pld",
+                "peer:transformers-pld", "llama-cpp-python PLD (library)"]
+    for w in report["workloads"]:
+        assert w["cases"] == 1 and w["history_tokens"] > 0, w["name"]
+        assert [a["arm"] for a in w["arms"]] == expected
+        for a in w["arms"]:
+            assert a["committed_tokens"] >= 2 * 1, (w["name"], a["arm"])  # 2 repeats
+            assert len(a["speedup_per_repeat"]) == 2
+    # The edit case's history is the file's old version: suffix drafts from it.
+    edit = report["workloads"][0]
+    suffix = next(a for a in edit["arms"] if a["arm"] == "suffix")
+    assert suffix["rounds"] > 0 and suffix["accepted_tokens"] > 0
+    # The library peer's extra memory is its logits_all buffer: n_ctx x n_vocab float32.
+    lib = edit["arms"][-1]
+    assert lib["extra_memory_bytes"] == report["target"]["n_ctx"] * 49152 * 4
+    assert lib["acceptance_rate"] is None and lib["tokens_per_s"] > 0
+
+
+def test_short_run_obeys_the_ledger_arithmetic(short_run):
+    report, _, _ = short_run
+    assert check_ledger(report) == []
+    for w in report["workloads"]:
+        plain = w["arms"][0]
+        assert plain["speedup"] == pytest.approx(1.0) and plain["draft_tokens"] == 0
+
+
+def test_check_ledger_catches_a_broken_row(short_run):
+    report = copy.deepcopy(short_run[0])
+    arm = report["workloads"][0]["arms"][2]
+    arm["committed_tokens"] += 1
+    arm["acceptance_rate"] = 0.123
+    problems = check_ledger(report)
+    assert any("C + R + P" in p for p in problems)
+    assert any("acceptance rate" in p for p in problems)
+
+
+def test_greedy_output_matches_plain_up_to_near_ties(short_run):
+    report, _, _ = short_run
+    bound = report["settings"]["near_tie_gap"]
+    for w in report["workloads"]:
+        for a in w["arms"]:
+            m = a["output_match"]
+            assert m["differs"] == 0, (w["name"], a["arm"], m["cases"])
+            assert m["exact"] + m["near_tie"] == w["cases"]
+            for c in m["cases"]:
+                if c["status"] == "near-tie" and c["gap"] is not None:
+                    assert c["gap"] < bound, c  # the gap seen is reported
+
+
+def test_workload_specs():
+    assert parse_spec("agent") == ("agent", None)
+    assert parse_spec(f"stdlib={ROOT / 'proposers'}") == ("stdlib", ROOT / "proposers")
+    assert parse_spec(str(ROOT / "proposers")) == ("stdlib", ROOT / "proposers")
+    assert parse_spec(str(ROOT / "tests/data/replay")) == ("agent", ROOT / "tests/data/replay")
+    with pytest.raises(InputError, match="neither a workload"):
+        parse_spec("nope")
+    with pytest.raises(InputError, match="does not exist"):
+        parse_spec("edit=/nonexistent/repo")
+
+
+def test_edit_cursor_goes_after_the_first_change_followed_by_unchanged_lines():
+    old = "a\nb\nc\nd\ne\nf\n"
+    new = "a\nB\nc\nd\ne\nf\n"
+    assert edit_cursor(old, new) == len("a\nB\n")
+    # A change at the very end has nothing unchanged after it.
+    assert edit_cursor(old, "a\nb\nc\nd\ne\nF\n") is None
+    # A pure insertion counts as a change too.
+    assert edit_cursor(old, "a\nb\nNEW\nc\nd\ne\nf\n") == len("a\nb\nNEW\n")
+
+
+def test_arms_and_their_errors():
+    arms = arms_for(["suffix", "peer:llama-cpp-python-pld"], "auto",
+                    library_peer="llama-cpp-python PLD (library)")
+    assert [(a.name, a.kind, a.k) for a in arms] == [
+        ("plain", "plain", 0), ("suffix", "proposer", "auto"),
+        ("peer:llama-cpp-python-pld", "peer-rule", 10),
+        ("llama-cpp-python PLD (library)", "peer-library", 10)]
+    with pytest.raises(InputError, match="unknown proposer"):
+        arms_for(["nope"], 8, library_peer=None)
+    with pytest.raises(InputError, match="--draft-model"):
+        arms_for(["draft_model"], 8, library_peer=None)
+    assert first_difference([1, 2, 3], [1, 2]) == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workload", "nope"], "neither a workload"),
+    (["--workload", "stdlib", "--proposer", "nope"], "unknown proposer"),
+    (["--workload", "stdlib", "--k", "0"], "0 is plain decoding"),
+    (["--workload", "edit=/nonexistent"], "does not exist"),
+])
+def test_cli_refuses_bad_settings_with_one_line(args, message):
+    proc = subprocess.run([sys.executable, "-m", "assistd", "bench", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_refuses_a_report_path_that_is_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "assistd", "bench", "--workload", "stdlib",
+                           "--report", str(f)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 2 and "not a folder" in proc.stderr
