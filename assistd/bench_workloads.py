@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 import random
 import re
+import subprocess
 import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -250,32 +251,69 @@ def window(target, text: str, budget: int) -> list[int]:
 
 def edit_workload(target, repo: Path | None, n_cases: int, budget: int) -> Workload:
     """One case per recent commit (newest first, at most ``n_cases``), replayed oldest
-    first; the history grows with the old versions of every file changed up to it."""
+    first. Before a case the history holds every file version of the replayed commits
+    as of the case's parent commit (the changed files' old versions, and the latest
+    version of every file an earlier replayed commit touched)."""
     repo = Path(repo) if repo is not None else Path.cwd()
     sessions = git_sessions(repo, max(30, 4 * n_cases), InputReport())
-    chosen, commits = [], set()
+
+    def path_of(s: Session) -> str:
+        return s.turns[0].text.rstrip("\n")
+
+    def commit_of(s: Session) -> str:
+        return s.name.split(":", 1)[0]
+
+    # Pass 1: each session's old version (its seed, or the path's last replayed version).
+    old: dict[int, str] = {}
+    state: dict[str, str] = {}
+    for i, s in enumerate(sessions):
+        for _, text in s.seed:
+            state[path_of(s)] = text
+        if path_of(s) in state:
+            old[i] = state[path_of(s)]
+        if i + 1 == len(sessions) or commit_of(sessions[i + 1]) != commit_of(s):
+            for j in range(i, -1, -1):  # the commit is done: its new versions are current
+                if commit_of(sessions[j]) != commit_of(s):
+                    break
+                state[path_of(sessions[j])] = sessions[j].turns[1].text
+    chosen: dict[int, int] = {}
+    commits: set[str] = set()
     for i in range(len(sessions) - 1, -1, -1):
-        s = sessions[i]
-        commit = s.name.split(":", 1)[0]
-        if commit in commits or not s.seed or len(chosen) >= n_cases:
+        if len(chosen) >= n_cases or commit_of(sessions[i]) in commits or i not in old:
             continue
-        cursor = edit_cursor(s.seed[0][1], s.turns[1].text)
+        cursor = edit_cursor(old[i], sessions[i].turns[1].text)
         if cursor is not None and cursor > 200:
-            chosen.append((i, cursor))
-            commits.add(commit)
+            chosen[i] = cursor
+            commits.add(commit_of(sessions[i]))
     if not chosen:
         raise InputError(f"edit: no commit of {repo} modifies a file with unchanged lines "
                          "after the change; pick a repository with more history")
-    chosen.sort()
-    cases, done = [], 0
-    for i, cursor in chosen:
-        seed = [(name, np.asarray(target.tokenize(text), dtype=np.int64))
-                for s in sessions[done:i + 1] for name, text in s.seed]
-        done = i + 1
-        s = sessions[i]
-        cases.append(Case(s.name, window(target, s.turns[1].text[:cursor], budget),
-                          s.turns[1].language, seed))
-    return Workload("edit", str(repo), f"{len(cases)} commits: the new version of a changed "
+    # Pass 2: walk again, putting each version in the history once, before the cases
+    # that may see it.
+    cases: list[Case] = []
+    state, seen = {}, set()
+    pending: list[tuple[str, np.ndarray]] = []
+    for i, s in enumerate(sessions):
+        for _, text in s.seed:
+            state[path_of(s)] = text
+        if i in chosen:
+            for path, text in state.items():
+                key = (path, hash(text))
+                if key not in seen:
+                    seen.add(key)
+                    pending.append((path, np.asarray(target.tokenize(text), dtype=np.int64)))
+            new = s.turns[1].text
+            cases.append(Case(s.name, window(target, new[:chosen[i]], budget),
+                              s.turns[1].language, pending))
+            pending = []
+        if i + 1 == len(sessions) or commit_of(sessions[i + 1]) != commit_of(s):
+            for j in range(i, -1, -1):
+                if commit_of(sessions[j]) != commit_of(s):
+                    break
+                state[path_of(sessions[j])] = sessions[j].turns[1].text
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    return Workload("edit", f"{repo} at {head}", f"{len(cases)} commits: the new version of a changed "
                     "file completed after its first change, old versions in the history", cases)
 
 
@@ -404,7 +442,4 @@ def build_workload(target, spec: str, *, cases: int, budget: int, seed: int = 0)
         "stdlib": lambda: stdlib_workload(target, path, cases, budget, seed),
         "novel": lambda: novel_workload(target, path, cases, budget),
     }
-    w = builders[name]()
-    if path is not None:
-        w.source = str(path)
-    return w
+    return builders[name]()

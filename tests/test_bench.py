@@ -31,16 +31,16 @@ def _git(repo: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def edit_repo(tmp_path_factory) -> Path:
-    """Two commits of this project's ledger module: the second renames a field near the
-    top, so the rest of the file is unchanged and in the history (the old version)."""
+    """Two commits of this project's ledger module: the second renames a method in the
+    middle, so the rest of the file is unchanged and in the history (the old version)."""
     repo = tmp_path_factory.mktemp("edit")
     _git(repo, "init", "-q")
     text = (ROOT / "assistd" / "ledger.py").read_text()
     (repo / "ledger.py").write_text(text)
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "first")
-    assert "committed tokens" in text
-    (repo / "ledger.py").write_text(text.replace("committed tokens", "committed_tokens", 1))
+    assert text.count("def record_plain_step(") == 1
+    (repo / "ledger.py").write_text(text.replace("def record_plain_step(", "def plain_step("))
     _git(repo, "commit", "-qam", "second")
     return repo
 
