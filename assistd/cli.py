@@ -685,9 +685,21 @@ def bench(workloads, proposers, backend, model, draft_model, k, cases, max_token
 
 def _bench_progress():
     """``(progress(total) -> step(description, n), close())``: a rich bar on stderr when
-    it is a terminal, else one line per workload step."""
+    it is a terminal, else a line at every 5% of the generations."""
     if not sys.stderr.isatty():
-        return None, lambda: None
+        def progress_lines(total: int):
+            done, every, t0 = 0, max(1, total // 20), time.monotonic()
+
+            def step(description: str, n: int) -> None:
+                nonlocal done
+                done += n
+                if done % every == 0 or done == total:
+                    click.echo(f"bench: {done}/{total} generations, {time.monotonic() - t0:.0f} s"
+                               f" ({description})", err=True)
+
+            return step
+
+        return progress_lines, lambda: None
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn,
                                TimeRemainingColumn)

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from assistd.bench import arms_for, check_ledger, first_difference
+from assistd.bench import Arm, ArmTotals, Bench, arms_for, check_ledger, first_difference
+from assistd.bench_workloads import Case
+from assistd.costmodel import CostModel
+from assistd.engine import generate
 from assistd.bench_workloads import edit_cursor, parse_spec
 from assistd.errors import InputError
 
@@ -80,6 +83,9 @@ def test_short_run_writes_valid_json_markdown_and_png(short_run):
         data = (out / png).read_bytes()
         assert data[:8] == PNG and len(data) > 5000
     assert "wrote" in stderr
+    # Not a terminal: progress comes as lines, the last one at the end of the run.
+    total = 4 * 7 * 2  # workloads x arms x repeats (1 case each)
+    assert f"bench: {total}/{total} generations" in stderr
 
 
 def test_short_run_has_every_arm_and_workload(short_run):
@@ -131,7 +137,8 @@ def test_greedy_output_matches_plain_up_to_near_ties(short_run):
             assert m["exact"] + m["near_tie"] == w["cases"]
             for c in m["cases"]:
                 if c["status"] == "near-tie" and c["gap"] is not None:
-                    assert c["gap"] < bound, c  # the gap seen is reported
+                    # The gap seen is reported; over the bound, the batched Target agreed.
+                    assert c["gap"] < bound or c["batch_argmax"] is True, c
 
 
 def test_workload_specs():
@@ -189,3 +196,45 @@ def test_cli_refuses_a_report_path_that_is_a_file(tmp_path):
                            "--report", str(f)], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 2 and "not a folder" in proc.stderr
+
+
+def test_torch_backend_runs_transformers_own_prompt_lookup(library):
+    """On the torch backend the library peer is transformers' generate() with
+    prompt_lookup_num_tokens=10 on the Target's own model object."""
+    pytest.importorskip("torch", reason="the torch backend needs pip install 'assistd[torch]'")
+    proc = subprocess.run(
+        [sys.executable, "-m", "assistd", "bench", "--backend", "torch",
+         "--workload", f"stdlib={library}", "--proposer", "suffix", "--cases", "1",
+         "--max-tokens", "12", "--repeats", "1", "--max-prompt-tokens", "300", "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    (w,) = report["workloads"]
+    assert [a["arm"] for a in w["arms"]] == [
+        "plain", "suffix", "transformers prompt lookup (library)"]
+    assert report["target"]["backend"] == "torch"
+    assert check_ledger(report) == []
+    for a in w["arms"]:
+        assert a["committed_tokens"] >= 1 and a["tokens_per_s"] > 0
+        assert a["output_match"]["differs"] == 0, (a["arm"], a["output_match"])
+
+
+def test_a_wrong_token_is_reported_as_differs_and_a_copy_as_exact(target):
+    """The output check can fail: an 'arm' whose token at the plain decoder's most certain
+    position is replaced differs (wide gap, and the batched Target disagrees too)."""
+    prompt = [target.bos_token_id] + target.tokenize("def add(a, b):\n    return")
+    plain = generate(target, prompt, None, max_tokens=16, k=0, trace=True)
+    j = max(range(len(plain.tokens)), key=lambda i: plain.top2_gaps[i])
+    assert plain.top2_gaps[j] > 1.0
+    wrong = list(plain.tokens)
+    wrong[j] = (wrong[j] + 1) % target.n_vocab
+    arms = [Arm("plain", "plain", None, 0), Arm("copy", "proposer", "x", 8),
+            Arm("wrong", "proposer", "x", 8)]
+    bench = Bench(target, arms, max_tokens=16, repeats=1, cost=CostModel.brief())
+    totals = {a.name: ArmTotals() for a in arms}
+    case = Case("add", prompt, "python")
+    bench._match(case, {"plain": plain.tokens, "copy": list(plain.tokens), "wrong": wrong}, totals)
+    assert totals["copy"].matches[0]["status"] == "exact"
+    (m,) = totals["wrong"].matches
+    assert m["status"] == "differs" and m["first_diff"] == j
+    assert m["gap"] == pytest.approx(plain.top2_gaps[j], abs=1e-3) and m["batch_argmax"] is False
