@@ -284,6 +284,11 @@ def arm_row(arm: Arm, t: ArmTotals, plain: ArmTotals) -> dict:
     }
 
 
+def _short(name: str, width: int = 48) -> str:
+    """A case name for a progress line: its end (the file and position), not its start."""
+    return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """The first index where two token lists differ (the shorter length when one is a
     prefix of the other), None when equal.
@@ -358,6 +363,7 @@ class Bench:
         for ci, case in enumerate(w.cases):
             put(case.seed)
             self._prefill(case)
+            self._warm(proposers, case, scope)
             first: dict[str, list[int]] = {}
             for r in range(self.repeats):
                 shift = (ci * self.repeats + r) % n_arms
@@ -366,7 +372,7 @@ class Bench:
                         arm, case, proposers.get(arm.name), tuner, scope)
                     totals[arm.name].add(r, committed, decode_ms, ledger)
                     first.setdefault(arm.name, tokens)
-                    self.progress(f"{w.name}: {case.name[:40]}", 1)
+                    self.progress(f"{w.name}: {_short(case.name)}", 1)
             self._match(case, first, totals)
         for arm in self.arms:
             if arm.kind == "peer-library":
@@ -381,6 +387,16 @@ class Bench:
             "k_max": K_MAX,
             "arms": [arm_row(a, totals[a.name], plain) for a in self.arms],
         }
+
+    @staticmethod
+    def _warm(proposers: dict, case: Case, scope: str) -> None:
+        """One untimed propose() per proposer, like the prefill: the history index builds
+        its search structures on the first lookup after documents arrive (~1 s for the
+        3.4M-token standard library), which would otherwise land on whichever arm ran
+        first (measured: an arm that drafted nothing at 0.48x plain on a short run)."""
+        for prop in proposers.values():
+            prop.propose(np.asarray(case.prompt, dtype=np.int64), 4, scope=scope,
+                         language=case.language)
 
     def _prefill(self, case: Case) -> None:
         """Evaluate the prompt once on the Target and the library peer (untimed)."""
@@ -477,11 +493,13 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         cases: int = 6, max_tokens: int = 96, repeats: int = 3, max_prompt_tokens: int = 1536,
         n_ctx: int = 2048, n_threads: int | None = None, library_peer: bool = True,
         near_tie_gap: float = NEAR_TIE_GAP, seed: int = 0, command: str = "",
-        progress=None, on_workload: Callable[[str], None] | None = None) -> dict:
+        progress=None, on_workload: Callable[[str], None] | None = None,
+        optional: Sequence[str] = (), on_skip: Callable[[str, str], None] | None = None) -> dict:
     """Build the workloads, run every arm, return the report (``assistd bench --json``).
 
     ``progress(total)`` is called once with the number of generations, and returns a
-    ``step(description, n)`` callback. Raises :class:`InputError` (a bad workload,
+    ``step(description, n)`` callback. A spec in ``optional`` that cannot be built
+    (no transcripts found, say) is left out, with ``on_skip(spec, reason)``. Raises :class:`InputError` (a bad workload,
     proposer or setting) and :class:`~assistd.errors.ModelError` (a model fails to load).
     """
     from assistd.bench_workloads import build_workload, parse_spec
@@ -511,11 +529,25 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         for spec in workload_specs:
             if on_workload:
                 on_workload(spec)
-            workloads.append(build_workload(target, spec, cases=cases, budget=budget, seed=seed))
+            try:
+                workloads.append(build_workload(target, spec, cases=cases, budget=budget,
+                                                seed=seed))
+            except InputError as e:
+                if spec not in optional:
+                    raise
+                if on_skip is not None:
+                    on_skip(spec, str(e))
+        if not workloads:
+            raise InputError("no workload could be built; pass --workload NAME=PATH")
         if draft_model is not None:
+            from assistd.errors import ModelError
             from proposers.draft_model import open_draft
 
-            draft = open_draft(draft_model, backend=backend, n_ctx=n_ctx, n_threads=n_threads)
+            try:
+                draft = open_draft(draft_model, backend=backend, n_ctx=n_ctx, n_threads=n_threads)
+            except ModelError as e:
+                raise ModelError(f"--draft-model {draft_model}: {str(e).split(';')[0]}; pass a"
+                                 " GGUF of a small model with the Target's tokenizer") from None
         if any(a.kind == "peer-library" for a in arms):
             peer = library_peer_for(target)
         cost = CostModel.calibrate(target)
@@ -530,7 +562,7 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         for m in (peer, draft, target):
             if m is not None:
                 m.close()
-    return {
+    report = {
         "version": 1,
         "command": command,
         "started": datetime.fromtimestamp(started, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -543,6 +575,33 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         "cost_model": cost.as_dict(),
         "workloads": results,
     }
+    report["warnings"] = drift_warnings(report)
+    return report
+
+
+DRIFT = 1.25  # an arm that did plain's work (no round) must run within this factor of it
+SLOW_T1_MS = 100.0  # a one-token forward of a model this tool embeds takes ~11 ms here
+
+
+def drift_warnings(report: dict) -> list[str]:
+    """Signs that the machine's speed changed under the run, so its ratios are not to be
+    trusted: an arm that drafted nothing (the same work as plain) running more than
+    ``DRIFT`` times faster or slower than plain, or a calibrated t(1) over
+    ``SLOW_T1_MS`` (another process holding the cores)."""
+    out = []
+    t1 = (report.get("cost_model") or {}).get("points", {}).get("1")
+    if t1 is not None and t1 > SLOW_T1_MS:
+        out.append(f"calibration measured t(1) = {t1:.0f} ms for one token: the machine was "
+                   "busy; rerun on idle cores")
+    for w in report["workloads"]:
+        for a in w["arms"]:
+            if a["kind"] == "plain" or a["rounds"] != 0 or a["speedup"] is None:
+                continue
+            if not 1 / DRIFT <= a["speedup"] <= DRIFT:
+                out.append(f"{w['name']}: {a['arm']} drafted nothing (plain decoding's work) "
+                           f"but ran at {a['speedup']:.2f}x plain: the machine's speed "
+                           "drifted during the run; rerun on idle cores, or with more --repeats")
+    return out
 
 
 def check_ledger(report: dict) -> list[str]:

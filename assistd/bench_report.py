@@ -131,7 +131,7 @@ def print_ledger(report: dict, console=None) -> None:
         table = Table(title=f"{w.get('name', '?')}: {_counts(w)}", title_justify="left")
         for col in HEADERS:
             table.add_column(col, justify="left" if col in ("arm", "output match") else "right",
-                             overflow="fold")
+                             overflow="fold", no_wrap=col.startswith("a_1"))
         for arm in w.get("arms") or []:
             head, differs = _match(arm)
             match = Text(head)
@@ -141,6 +141,8 @@ def print_ledger(report: dict, console=None) -> None:
         console.print(table)
     if not report.get("workloads"):
         console.print("no workloads in the report")
+    for warning in report.get("warnings") or []:
+        console.print(Text(f"warning: {warning}", style="bold yellow"))
     console.print(Text(LEGEND, style="dim"))
     console.print(Text(f"{_machine_line(report)}; {_target_line(report)}\n"
                        f"{_settings_line(report)}"))
@@ -158,10 +160,11 @@ def ledger_markdown(report: dict, level: int = 3) -> str:
     if report.get("started") or report.get("wall_s") is not None:
         lines.append(f"- run: {report.get('started') or '-'}, {_f(report.get('wall_s'), '.0f')} s")
     lines += ["", "```sh", str(report.get("command") or "assistd bench"), "```"]
+    lines += [f"\n**Warning:** {_md_cell(x)}" for x in report.get("warnings") or []]
     for w in report.get("workloads") or []:
         lines += ["", f"{'#' * level} {w.get('name', '?')}", ""]
         about = (w.get("description") or "").strip()
-        lines.append((about + " " if about else "") + _counts(w)
+        lines.append((about.rstrip(".") + ". " if about else "") + _counts(w)
                      + (f" ({w['history_documents']:,} documents)"
                         if w.get("history_documents") is not None else "") + ".")
         lines += ["", "| " + " | ".join(HEADERS) + " |",

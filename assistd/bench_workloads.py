@@ -206,7 +206,8 @@ def agent_workload(target, path: Path | None, n_cases: int, budget: int) -> Work
         calls = model_calls(sessions[first])
         picked = [(sessions[first], c) for c in calls] + picked
     if not picked:
-        raise InputError(f"agent: no model call found in {path or 'the transcripts found'}")
+        where = path or ", ".join(map(str, default_transcripts()))
+        raise InputError(f"agent: no model call found in {where}; pass --workload agent=PATH")
     picked = picked[-n_cases:]  # the last calls
     cases = []
     for n, (s, call) in enumerate(picked):
@@ -255,6 +256,10 @@ def edit_workload(target, repo: Path | None, n_cases: int, budget: int) -> Workl
     as of the case's parent commit (the changed files' old versions, and the latest
     version of every file an earlier replayed commit touched)."""
     repo = Path(repo) if repo is not None else Path.cwd()
+    if repo.is_dir() and (repo / ".git").exists() and subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--verify", "-q", "HEAD"],
+            capture_output=True).returncode != 0:
+        raise InputError(f"edit: {repo} has no commits yet; pick a repository with history")
     sessions = git_sessions(repo, max(30, 4 * n_cases), InputReport())
 
     def path_of(s: Session) -> str:
@@ -327,10 +332,20 @@ def library_files(root: Path | None) -> tuple[Path, list[Path]]:
     if not root.is_dir():
         raise InputError(f"stdlib: not a folder: {root}")
     files = sorted(p for p in root.rglob("*.py")
-                   if not STDLIB_SKIP.intersection(p.relative_to(root).parts[:-1]) and p.is_file())
+                   if not STDLIB_SKIP.intersection(p.relative_to(root).parts[:-1]) and p.is_file()
+                   and _is_text(p))
     if not files:
-        raise InputError(f"stdlib: no .py file under {root}")
+        raise InputError(f"stdlib: no .py text file under {root}")
     return root, files
+
+
+def _is_text(path: Path) -> bool:
+    """Not binary: no NUL in the first 8 KiB (as ``assistd index`` decides)."""
+    try:
+        with open(path, "rb") as f:
+            return b"\0" not in f.read(8192)
+    except OSError:
+        return False
 
 
 _TOKENIZED: dict[tuple[str, str], list[tuple[str, np.ndarray]]] = {}

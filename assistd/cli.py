@@ -653,34 +653,52 @@ def bench(workloads, proposers, backend, model, draft_model, k, cases, max_token
     from assistd.bench_report import print_ledger, write_report
 
     specs = list(workloads) or ["agent", "edit", "stdlib", "novel"]
+    optional = ()
     if not workloads:
-        from assistd.bench_workloads import default_transcripts
-
-        if not default_transcripts():
-            click.echo("note: no agent transcripts found (./.aider.chat.history.md,"
-                       " ~/.claude/projects, ~/.codex/sessions): agent left out; pass"
-                       " --workload agent=PATH", err=True)
-            specs.remove("agent")
-    if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
-        raise InputError(f"--report {report_dir}: not a folder")
+        # The defaults run what this machine has: agent needs transcripts, edit a git
+        # repository here; either is left out with a note when missing.
+        optional = ("agent", "edit")
+    if report_dir is not None:
+        _check_writable(report_dir)
     command = "assistd bench " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "assistd bench"
     progress, close = _bench_progress()
+
+    def skip(spec: str, reason: str) -> None:
+        click.echo(f"note: {spec} left out: {reason}", err=True)
+
     try:
         report = bench_mod.run(
             specs, proposers=list(proposers) or bench_mod.DEFAULT_PROPOSERS, backend=backend,
             model=model, draft_model=draft_model, k=k, cases=cases, max_tokens=max_tokens,
             repeats=repeats, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
             n_threads=threads, library_peer=not no_library_peer, near_tie_gap=near_tie,
-            seed=seed, command=command, progress=progress)
+            seed=seed, command=command, progress=progress, optional=optional, on_skip=skip)
     finally:
         close()
-    if report_dir is not None:
-        for path in write_report(report, report_dir):
-            click.echo(f"wrote {path}", err=True)
+    for warning in report["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
+    # The report reaches stdout before the files: a folder that fails now loses nothing.
     if as_json:
         click.echo(json.dumps(report))
     else:
         print_ledger(report)
+    if report_dir is not None:
+        for path in write_report(report, report_dir):
+            click.echo(f"wrote {path}", err=True)
+
+
+def _check_writable(directory: Path) -> None:
+    """Create ``directory`` and write a probe file there before any work, so that a bad
+    --report fails in a second, not after the run. Raises :class:`InputError`."""
+    import tempfile
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".assistd-probe-"):
+            pass
+    except OSError as e:
+        raise InputError(f"--report {directory}: cannot write there ({e.strerror or e});"
+                         " pass another output folder") from None
 
 
 def _bench_progress():

@@ -95,9 +95,10 @@ def transcript_session(path: Path, fmt: str | None = None) -> Session:
         fmt = fmt or detect_format(path, open_bytes(path, max_bytes=HEAD_BYTES))
         if fmt is None:
             raise InputError(
-                f"{path}: not a known transcript format; replay reads Claude Code, Codex CLI,"
-                " aider, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands and {role, content}"
-                " JSONL files, or a repository's history with --git REPO")
+                f"{path}: not a known transcript format; Claude Code, Codex CLI, aider,"
+                " Gemini CLI, SWE-agent, mini-swe-agent, OpenHands and {role, content} JSONL"
+                " files are read (a repository's history: `replay --git REPO`,"
+                " `bench --workload edit=REPO`)")
         parser = parser_for(fmt, context_turns=True)
         records = apply_ops(parse_all(parser, open_bytes(path)))
     except TranscriptError as e:

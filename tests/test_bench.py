@@ -99,10 +99,12 @@ def test_short_run_has_every_arm_and_workload(short_run):
         for a in w["arms"]:
             assert a["committed_tokens"] >= 2 * 1, (w["name"], a["arm"])  # 2 repeats
             assert len(a["speedup_per_repeat"]) == 2
-    # The edit case's history is the file's old version: suffix drafts from it.
+    # The edit case's history is the file's old version: the history proposers draft
+    # from it and the Target accepts some (how many depends on the cost model suffix
+    # calibrated, which a busy machine changes: asserted over the three).
     edit = report["workloads"][0]
-    suffix = next(a for a in edit["arms"] if a["arm"] == "suffix")
-    assert suffix["rounds"] > 0 and suffix["accepted_tokens"] > 0
+    from_history = [a for a in edit["arms"] if a["arm"] in ("ngram", "suffix", "peer:suffixdecoding")]
+    assert sum(a["accepted_tokens"] for a in from_history) > 0
     # The library peer's extra memory is its logits_all buffer: n_ctx x n_vocab float32.
     lib = edit["arms"][-1]
     assert lib["extra_memory_bytes"] == report["target"]["n_ctx"] * 49152 * 4
@@ -189,13 +191,46 @@ def test_cli_refuses_bad_settings_with_one_line(args, message):
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_cli_refuses_a_report_path_that_is_a_file(tmp_path):
+@pytest.mark.parametrize("sub", ["", "sub"])
+def test_cli_refuses_an_unwritable_report_folder_before_the_run(tmp_path, sub):
+    """--report at a file, or under one: refused before the model loads (a folder that
+    failed after the run used to lose the whole run, its --json output included)."""
     f = tmp_path / "file"
     f.write_text("x")
     proc = subprocess.run([sys.executable, "-m", "assistd", "bench", "--workload", "stdlib",
-                           "--report", str(f)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
-    assert proc.returncode == 2 and "not a folder" in proc.stderr
+                           "--report", str(f / sub) if sub else str(f), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and "cannot write there" in proc.stderr, proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+
+
+def test_binary_files_are_no_library_and_an_empty_repository_no_history(tmp_path, target):
+    from assistd.bench_workloads import edit_workload, library_files
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "a.py").write_bytes(bytes(range(256)) * 80)  # NULs: binary
+    with pytest.raises(InputError, match="no .py text file"):
+        library_files(lib)
+    (lib / "b.py").write_text("x = 1\n")
+    assert library_files(lib)[1] == [lib / "b.py"]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    with pytest.raises(InputError, match="has no commits yet"):
+        edit_workload(target, repo, 1, 100)
+
+
+def test_drift_is_warned_about(short_run):
+    from assistd.bench import drift_warnings
+
+    report = copy.deepcopy(short_run[0])
+    arm = report["workloads"][0]["arms"][1]
+    arm.update(rounds=0, speedup=2.0)
+    report["cost_model"]["points"]["1"] = 900.0
+    warnings = drift_warnings(report)
+    assert any("drafted nothing" in w and "2.00x" in w for w in warnings)
+    assert any("t(1) = 900 ms" in w for w in warnings)
 
 
 def test_torch_backend_runs_transformers_own_prompt_lookup(library):
@@ -238,3 +273,19 @@ def test_a_wrong_token_is_reported_as_differs_and_a_copy_as_exact(target):
     (m,) = totals["wrong"].matches
     assert m["status"] == "differs" and m["first_diff"] == j
     assert m["gap"] == pytest.approx(plain.top2_gaps[j], abs=1e-3) and m["batch_argmax"] is False
+
+
+def test_the_history_index_is_built_before_the_timed_runs():
+    """Documents put in the history leave the index to build at the first lookup; the
+    bench does that lookup untimed, before the arms."""
+    import numpy as np
+
+    from proposers import make_proposer
+    from proposers.index import HistoryIndex
+
+    index = HistoryIndex()
+    index.put("bench:x", 1, np.arange(1, 400, dtype=np.int64) % 97, "doc")
+    assert index._scopes["bench:x"].tail_dirty
+    suffix = make_proposer("suffix", history=index)
+    Bench._warm({"suffix": suffix}, Case("c", [5, 6, 7, 8], "python"), "bench:x")
+    assert not index._scopes["bench:x"].tail_dirty
