@@ -31,10 +31,10 @@ formulas on read), and:
   (the history index, a draft model, the library peer's ``logits_all`` score buffer);
 - output match (greedy): the first repeat's tokens against plain's. Where they differ,
   plain decoding is run again with its top-2 logit gap traced: a difference where the
-  gap is under ``near_tie_gap`` is a batched-numerics near-tie (BRIEF §3). Over it, the
-  common prefix is evaluated afresh in batches: if the Target's argmax there is the
-  arm's token, it is a near-tie too (``batch_argmax``: the gap moved with batching),
-  else the arm ``differs``.
+  gap is under :data:`assistd.verify.NEAR_TIE_GAP` is a rounding near-tie, any other
+  one ``differs`` (a decoding bug). For a difference, the common prefix is also
+  evaluated afresh in one batch and ``batch_argmax`` says whether the Target's argmax
+  there is the arm's token: a diagnosis (did batch shape decide it?), never a pass.
 """
 
 from __future__ import annotations
@@ -52,12 +52,12 @@ from assistd.bench_workloads import Case, Workload
 from assistd.engine import generate
 from assistd.errors import InputError
 from assistd.ledger import Ledger, ratio
+from assistd.verify import NEAR_TIE_GAP
 
 PEER_RULE_K = {"peer:llama-cpp-python-pld": 10, "peer:transformers-pld": 10,
                "peer:suffixdecoding": 16}
 LIBRARY_PEERS = {"llama": "llama-cpp-python PLD (library)",
                  "torch": "transformers prompt lookup (library)"}
-NEAR_TIE_GAP = 0.25  # BRIEF §3 saw flips at gaps 0.027-0.035; the daemon replay (issue 8) 0.01-0.20
 
 
 @dataclass(frozen=True)
@@ -108,14 +108,15 @@ class LlamaCppPromptLookup:
     name = "llama-cpp-python PLD (library)"
 
     def __init__(self, target, *, num_pred_tokens: int = 10):
-        import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+        from assistd.targets.llama import open_llama
+
         threads = getattr(target, "n_threads", None) or 2
-        self.llm = llama_cpp.Llama(
-            model_path=str(target.model_path), n_ctx=target.n_ctx, n_threads=threads,
-            n_threads_batch=threads, n_batch=512, logits_all=True, verbose=False,
-            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=num_pred_tokens))
+        # The Target's numerics, so that the peer's verification rounds like ours.
+        self.llm = open_llama(
+            target.model_path, numerics=target.numerics, threads=threads, n_ctx=target.n_ctx,
+            logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=num_pred_tokens))
         self.eos = self.llm.token_eos()
 
     @property
@@ -312,13 +313,12 @@ class Bench:
     :class:`LlamaCppPromptLookup` (or None); ``draft``: an open draft-model Target."""
 
     def __init__(self, target, arms: Sequence[Arm], *, max_tokens: int, repeats: int,
-                 cost, library_peer=None, draft=None, near_tie_gap: float = NEAR_TIE_GAP,
-                 seed: int = 0, progress: Callable[[str, int], None] | None = None):
+                 cost, library_peer=None, draft=None, seed: int = 0, progress: Callable[[str, int], None] | None = None):
         if repeats < 1 or max_tokens < 1:
             raise InputError("--repeats and --max-tokens must be at least 1")
         self.target, self.arms, self.max_tokens, self.repeats = target, list(arms), max_tokens, repeats
         self.cost, self.peer, self.draft = cost, library_peer, draft
-        self.near_tie_gap, self.seed = near_tie_gap, seed
+        self.seed = seed
         self.progress = progress or (lambda desc, n: None)
 
     def steps(self, workloads: Sequence[Workload]) -> int:
@@ -443,22 +443,19 @@ class Bench:
                 status = "near-tie"
             else:
                 gap = traced.top2_gaps[j] if j < len(traced.top2_gaps) else None
-                status = "near-tie" if gap is not None and gap < self.near_tie_gap else "differs"
-                if status == "differs" and j < len(tokens) and j < len(traced.tokens):
+                status = "near-tie" if gap is not None and gap < NEAR_TIE_GAP else "differs"
+                if j < len(tokens) and j < len(traced.tokens):
                     if j not in batch_argmax:
                         batch_argmax[j] = self._batch_argmax(case.prompt + traced.tokens[:j])
                     batch = batch_argmax[j] == tokens[j]
-                    status = "near-tie" if batch else "differs"
             totals[arm.name].matches.append({
                 "case": case.name, "status": status, "first_diff": i if j is None else j,
                 "gap": None if gap is None else round(float(gap), 4), "batch_argmax": batch})
 
     def _batch_argmax(self, tokens: list[int]) -> int:
-        """The Target's argmax after ``tokens``, all evaluated afresh in batches (as a
-        prefill): a token a speculative arm committed where plain's top-2 gap was wide
-        is still the Target's own output if the same prefix, evaluated batched, picks
-        it (batched and one-token numerics differ; measured here: gap 0.53 one token at
-        a time, the other token first by 0.11 batched)."""
+        """The Target's argmax after ``tokens``, all evaluated afresh in one batch (as a
+        prefill): with ``_match``'s verdict, whether batch shape would have picked the
+        arm's token (with llama.cpp's fast numerics it does, up to 1.7 logits away)."""
         self.target.truncate(0)
         row = self.target.evaluate(tokens, [len(tokens) - 1])[0]
         return int(np.argmax(row))
@@ -492,7 +489,7 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         backend: str = "llama", model=None, draft_model=None, k: int | str = "auto",
         cases: int = 6, max_tokens: int = 96, repeats: int = 3, max_prompt_tokens: int = 1536,
         n_ctx: int = 2048, n_threads: int | None = None, library_peer: bool = True,
-        near_tie_gap: float = NEAR_TIE_GAP, seed: int = 0, command: str = "",
+        numerics: str = "exact", seed: int = 0, command: str = "",
         progress=None, on_workload: Callable[[str], None] | None = None,
         optional: Sequence[str] = (), on_skip: Callable[[str, str], None] | None = None) -> dict:
     """Build the workloads, run every arm, return the report (``assistd bench --json``).
@@ -522,7 +519,8 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
     arms = arms_for(proposers, k, library_peer=LIBRARY_PEERS.get(backend) if library_peer else None,
                     draft_model=draft_model is not None)
     started = time.time()
-    target = open_target(model, backend=backend, n_ctx=n_ctx, n_threads=n_threads)
+    target = open_target(model, backend=backend, n_ctx=n_ctx, n_threads=n_threads,
+                         numerics=numerics)
     peer = draft = None
     try:
         workloads = []
@@ -552,7 +550,7 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
             peer = library_peer_for(target)
         cost = CostModel.calibrate(target)
         bench = Bench(target, arms, max_tokens=max_tokens, repeats=repeats, cost=cost,
-                      library_peer=peer, draft=draft, near_tie_gap=near_tie_gap, seed=seed)
+                      library_peer=peer, draft=draft, seed=seed)
         if progress is not None:
             bench.progress = progress(bench.steps(workloads))
         results = [bench.run_workload(w) for w in workloads]
@@ -570,7 +568,8 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         "machine": {**machine(), "threads": target_desc["threads"]},
         "target": target_desc,
         "settings": {"k": k, "max_tokens": max_tokens, "repeats": repeats, "cases": cases,
-                     "max_prompt_tokens": budget, "near_tie_gap": near_tie_gap, "seed": seed,
+                     "max_prompt_tokens": budget, "near_tie_gap": NEAR_TIE_GAP,
+                     "numerics": target.numerics, "seed": seed,
                      "arms": [a.name for a in arms]},
         "cost_model": cost.as_dict(),
         "workloads": results,

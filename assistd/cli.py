@@ -72,6 +72,12 @@ _backend_option = click.option(
     "--backend", type=click.Choice(["llama", "torch"]), default="llama", show_default=True,
     help="Target backend: llama.cpp, or torch through transformers (pip install 'assistd[torch]').",
 )
+_numerics_option = click.option(
+    "--numerics", type=click.Choice(["exact", "fast"]), default="exact", show_default=True,
+    help="llama backend: exact = batch-invariant kernels, so speculative output is plain"
+         " decoding's token for token; fast = llama.cpp's defaults (plain decode steps"
+         " 15-40% faster here, output equal only up to near-ties).",
+)
 _n_ctx_option = click.option(
     "--n-ctx", type=click.IntRange(64), default=2048, show_default=True,
     help="Target context window, in tokens.",
@@ -413,6 +419,7 @@ def history_vacuum(db, as_json):
               help="torch backend: weight dtype (auto: float32 on CPU, 16-bit on a GPU).")
 @click.option("--n-gpu-layers", type=click.IntRange(-1), default=-1, show_default=True,
               help="llama backend: layers to offload to the GPU (-1 = all; ignored by CPU builds).")
+@_numerics_option
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="CPU threads for the Target. [default: all usable cores]")
 @_db_option
@@ -422,8 +429,8 @@ def history_vacuum(db, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_speculation, k,
              language, max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
-             n_ctx, model, backend, device, dtype, n_gpu_layers, threads, db, use_daemon,
-             as_json):
+             n_ctx, model, backend, device, dtype, n_gpu_layers, numerics, threads, db,
+             use_daemon, as_json):
     """Complete the text before a cursor with the Target, drafting from the history.
 
     Indexes the repository first (incrementally), so the second run is served
@@ -475,7 +482,8 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         sampling=sampling, draft_model=draft_model,
         language=language,
         target_options={"backend": backend, "device": device, "dtype": dtype,
-                        "n_gpu_layers": n_gpu_layers, "n_threads": threads},
+                        "n_gpu_layers": n_gpu_layers, "n_threads": threads,
+                        "numerics": numerics},
     )
     if as_json:
         click.echo(json.dumps(result.as_dict()))
@@ -489,7 +497,7 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
 # Options that pick another Target or history than the daemon's: their presence means
 # the user wants this process to run the completion.
 _IN_PROCESS_OPTIONS = ("model", "backend", "n_ctx", "device", "dtype", "n_gpu_layers",
-                       "threads", "db", "draft_model")
+                       "numerics", "threads", "db", "draft_model")
 
 
 def _complete_daemon(use_daemon):
@@ -624,15 +632,14 @@ class _BenchK(_KChoice):
               help="CPU threads of the Target and the library peer. [default: all usable]")
 @click.option("--no-library-peer", is_flag=True,
               help="Skip llama-cpp-python's own prompt-lookup decoding (a second model instance).")
-@click.option("--near-tie", type=click.FloatRange(0), default=0.25, show_default=True,
-              help="Top-2 logit gap under which a differing output counts as a near-tie.")
+@_numerics_option
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
               help="Which stdlib files and cursors; the tuner's exploration draws.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
               help="Write ledger.md, ledger.json, speedup.png and acceptance.png here.")
 def bench(workloads, proposers, backend, model, draft_model, k, cases, max_tokens, repeats,
-          max_prompt_tokens, n_ctx, threads, no_library_peer, near_tie, seed, as_json,
+          max_prompt_tokens, n_ctx, threads, no_library_peer, numerics, seed, as_json,
           report_dir):
     """Measure plain decoding, every proposer and the in-stack peers on one ledger.
 
@@ -671,7 +678,7 @@ def bench(workloads, proposers, backend, model, draft_model, k, cases, max_token
             specs, proposers=list(proposers) or bench_mod.DEFAULT_PROPOSERS, backend=backend,
             model=model, draft_model=draft_model, k=k, cases=cases, max_tokens=max_tokens,
             repeats=repeats, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
-            n_threads=threads, library_peer=not no_library_peer, near_tie_gap=near_tie,
+            n_threads=threads, library_peer=not no_library_peer, numerics=numerics,
             seed=seed, command=command, progress=progress, optional=optional, on_skip=skip)
     finally:
         close()
@@ -839,6 +846,8 @@ def stats(scope, as_json, plot, db):
 @click.option("--token-file", default=None, help="Bearer token file (created 0600 if missing).")
 @click.option("--proposer", default=None, help="Default proposer (suffix, ngram, none).")
 @click.option("--k", default=None, help="Default draft ceiling: auto or 0-64.")
+@click.option("--numerics", type=click.Choice(["exact", "fast"]), default=None,
+              help="llama backend: exact (batch-invariant kernels; the default) or fast.")
 @click.option("--log-file", default=None, help="Structured (JSON lines) log file.")
 @click.option("--log-level", default=None, type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--print-config", is_flag=True,

@@ -53,6 +53,7 @@ class Config:
     n_gpu_layers: int = -1
     device: str = "auto"
     dtype: str = "auto"
+    numerics: str = "exact"  # llama: "exact" (batch-invariant kernels) or "fast"
     model_name: str | None = None  # the id in /v1/models; None = the model file's stem
     # speculation
     proposer: str = "suffix"
@@ -155,6 +156,8 @@ def _coerce(name: str, value, where: str):
 def _validate(c: Config) -> Config:
     if c.backend not in ("llama", "torch"):
         raise InputError(f"backend must be llama or torch, not {c.backend!r}")
+    if c.numerics not in ("exact", "fast"):
+        raise InputError(f"numerics must be exact or fast, not {c.numerics!r}")
     if c.k != "auto" and not (c.k.isdigit() and 0 <= int(c.k) <= 64):
         raise InputError(f"k must be 'auto' or a number of tokens 0..64, not {c.k!r}")
     from proposers import available

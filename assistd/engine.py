@@ -34,6 +34,7 @@ class Generation:
         ``"n_ctx"`` (context window full) or ``"cancelled"`` (``cancelled()`` turned true).
     top2_gaps: with ``trace=True``, the Target's top-2 logit gap at each committed
         token's position, aligned with ``tokens``; else empty.
+    speculation_off: why a proposer given was not used (``Target.speculation_off``), or None.
     """
 
     tokens: list[int]
@@ -41,6 +42,7 @@ class Generation:
     stop_reason: str
     ledger: Ledger
     top2_gaps: list[float] = field(default_factory=list)
+    speculation_off: str | None = None
 
 
 class _StopStrings:
@@ -121,8 +123,13 @@ def generate(
     Target for other work (a more urgent request, :meth:`assistd.scheduler.Scheduler.preempt`)
     and returns True if it did: the KV cache is then restored to the committed tokens
     (prefix reuse, re-evaluating what the other work evicted) before the step, so the
-    output is the same as without the interruption.
+    output is the same as without the interruption. A Target whose batched evaluation
+    could change its output (``target.speculation_off``) decodes plainly whatever
+    ``proposer`` says; the Generation carries the reason.
     """
+    off = target.speculation_off if proposer is not None else None
+    if off:
+        proposer = None
     if not prompt:
         raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
     if len(prompt) >= target.n_ctx:
@@ -228,7 +235,7 @@ def generate(
             # U+FFFD, which an editor would insert. Hold them back.
             text = text.rstrip("\ufffd")
     return Generation(tokens=out, text=text, stop_reason=stop_reason, ledger=ledger,
-                      top2_gaps=gaps)
+                      top2_gaps=gaps, speculation_off=off)
 
 
 def _sample_round(logits, draft, d, ctx, n, sampling, rng) -> tuple[int, int]:

@@ -135,7 +135,8 @@ class Service:
         self.suggestions = SuggestionStore(self.store)
         self.target = open_target(Path(c.model).expanduser() if c.model else None,
                                   backend=c.backend, n_ctx=c.n_ctx, n_threads=c.threads,
-                                  n_gpu_layers=c.n_gpu_layers, device=c.device, dtype=c.dtype)
+                                  n_gpu_layers=c.n_gpu_layers, device=c.device, dtype=c.dtype,
+                                  numerics=c.numerics)
         self.model_id = c.model_name or Path(self.target.model_path).stem
         log.info("Target loaded; opening the tuner (the first use of a Target measures its"
                  " forward times t(n): a few seconds on an idle machine)")
@@ -360,7 +361,9 @@ class Service:
         return {
             "model": self.model_id,
             "target": None if t is None else {"backend": t.backend, "model": t.model_path,
-                                              "n_ctx": t.n_ctx, "device": t.device},
+                                              "n_ctx": t.n_ctx, "device": t.device,
+                                              "numerics": t.numerics,
+                                              "speculation_off": t.speculation_off},
             "uptime_s": round(time.time() - self.started_at, 1),
             "requests": dict(self.requests),
             "tokens_generated": self.tokens_generated,

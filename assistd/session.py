@@ -47,19 +47,23 @@ BACKENDS = ("llama", "torch")
 
 def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048,
                 n_threads: int | None = None, n_gpu_layers: int = -1,
-                device: str = "auto", dtype: str = "auto") -> Target:
+                device: str = "auto", dtype: str = "auto", numerics: str = "exact") -> Target:
     """Load the Target: ``model`` (a GGUF file, or for torch also a Hugging Face model
     directory; None = the embedded default) on ``backend`` ("llama" or "torch").
 
     llama: ``n_gpu_layers`` (-1 = all when the llama-cpp-python build can offload,
-    ignored on a CPU build). torch: ``device`` ("auto", "cpu", "cuda[:N]", "mps") and
+    ignored on a CPU build) and ``numerics`` ("exact": batch-invariant kernels, so
+    speculation changes nothing; "fast": llama.cpp's defaults). torch: ``device`` ("auto", "cpu", "cuda[:N]", "mps") and
     ``dtype`` ("auto", "float32", "bfloat16", "float16"). Raises :class:`ModelError`.
     """
     path = model if model is not None else default_model_path()
     if backend == "llama":
         from assistd.targets.llama import LlamaTarget
 
-        return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        if numerics not in ("exact", "fast"):
+            raise InputError(f"numerics must be exact or fast, not {numerics!r}")
+        return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+                           numerics=numerics)
     if backend == "torch":
         from assistd.targets.hf import TorchTarget
 
@@ -157,7 +161,9 @@ class Completion:
             "tokens": len(g.tokens),
             "stop_reason": g.stop_reason,
             "target": {"backend": self.target.backend, "model": self.target.model_path,
-                       "n_ctx": self.target.n_ctx, "device": self.target.device},
+                       "n_ctx": self.target.n_ctx, "device": self.target.device,
+                       "numerics": self.target.numerics,
+                       "speculation_off": self.target.speculation_off},
             "sampling": self.sampling.as_dict(),
             "proposer": self.proposer,
             "k": self.k,

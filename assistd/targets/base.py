@@ -67,6 +67,13 @@ class Target:
     eos_token_ids: frozenset[int]
     fingerprint: str
     device: str = "cpu"
+    # How batched verification relates to one-token decoding on this Target:
+    # "exact" (bit-identical: llama.cpp's batch-invariant CPU kernels), "fast"
+    # (llama.cpp's defaults) or "float" (torch: the same maths, rounded per kernel).
+    numerics: str = "exact"
+    # Why speculation is off on this Target (None: it is on). The engine then decodes
+    # plainly; status and the ledger JSON carry the reason.
+    speculation_off: str | None = None
 
     def __init__(self) -> None:
         self.kv_tokens: list[int] = []

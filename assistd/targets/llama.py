@@ -4,11 +4,39 @@
 ``llama_batch`` so that logits are computed only for the rows we ask for (the
 high-level ``Llama.eval`` computes every row or only the last), and the KV cache
 is rolled back exactly with ``llama_memory_seq_rm``.
+
+Exact numerics (the default). ggml's CPU kernels pick their path by batch shape and
+thread count, and those paths round differently: a token's logits, and the keys and
+values it leaves in the cache, depend on how many tokens shared its ``llama_decode``
+call. Measured here (``tests/test_exactness.py``): up to 0.7 logits on SmolLM2 Q4_1
+and 1.7 on Gemma 3 Q4_K_M, enough to flip tokens whose top-2 gap is over 1, so a
+verification batch, a prefill or a KV cache kept from an earlier request could
+change what the Target says. With ``numerics="exact"`` every path is one whose
+result per token does not depend on the batch:
+
+- flash attention, whose per-query kernel reduces over the cache in one fixed order;
+- ubatches of at most ``EXACT_UBATCH`` tokens, under the 64-query tile at which ggml
+  switches to a tiled attention kernel that rounds differently;
+- one thread for one-token ubatches: with more, ggml splits a single query's
+  reduction over the cache across threads once the cache view reaches 512 cells;
+  batches keep every thread (each thread owns whole heads);
+- no weight repacking (``use_extra_bufts``: interleaved gemm kernels for batches of
+  4+ rows) and no tiled K-quant matmul (``GGML_CPU_TILED_MM=0``: 8+ rows).
+
+Then batched and one-token evaluation are bit-identical on the CPU, and speculative
+output equals plain decoding token for token. The cost, measured on 2 cores: plain
+decode steps 15-40% slower (one thread), prefill 9-19% slower. ``numerics="fast"``
+keeps llama.cpp's defaults; speculation then matches plain decoding only where the
+batch-shape drift does not flip a token, which is said once in the log. A GPU
+offload is never batch-invariant here, so with exact numerics it turns speculation
+off (``speculation_off``), also said once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +47,13 @@ from assistd.errors import ModelError
 from assistd.targets.base import Target, tokenizer_fingerprint
 
 GGUF_MAGIC = b"GGUF"
+NUMERICS = ("exact", "fast")
+# ggml-cpu's flash attention tiles queries from GGML_FA_TILE_Q = 64 rows on, with
+# another rounding; a ubatch of fewer tokens always takes the per-query kernel.
+EXACT_UBATCH = 48
+log = logging.getLogger("assistd.targets")
+# Read once per process by ggml at its first K-quant matmul: set before any model runs.
+os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
 
 def check_model_file(path: Path) -> None:
@@ -42,15 +77,19 @@ class LlamaTarget(Target):
 
     n_ctx: context window (tokens); n_threads: CPU threads [default: all usable
     cores]; n_gpu_layers: layers to offload when the build supports a GPU; n_batch:
-    tokens per ``llama_decode`` call. Raises :class:`ModelError` when the file is
-    missing, unreadable, not GGUF, or fails to load.
+    tokens per ``llama_decode`` call; numerics: ``"exact"`` (batch-invariant kernels,
+    see the module) or ``"fast"`` (llama.cpp's defaults). Raises :class:`ModelError`
+    when the file is missing, unreadable, not GGUF, or fails to load, and ValueError
+    for an unknown ``numerics``.
     """
 
     backend = "llama"
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512):
+                 n_gpu_layers: int = 0, n_batch: int = 512, numerics: str = "exact"):
         super().__init__()
+        if numerics not in NUMERICS:
+            raise ValueError(f"unknown numerics {numerics!r}; use {' or '.join(NUMERICS)}")
         path = Path(model_path).expanduser()
         check_model_file(path)
         try:
@@ -61,12 +100,10 @@ class LlamaTarget(Target):
             ) from None
         self._lib = llama_cpp
         threads = n_threads or len(os.sched_getaffinity(0))
+        exact = numerics == "exact"
         try:
-            self._llm = llama_cpp.Llama(
-                model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
-                n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers,
-                logits_all=False, verbose=False,
-            )
+            self._llm = open_llama(path, numerics=numerics, threads=threads, n_ctx=n_ctx,
+                                   n_batch=n_batch, n_gpu_layers=n_gpu_layers, logits_all=False)
         except Exception as e:  # llama-cpp-python raises ValueError/RuntimeError/OSError
             if "llama_context" in str(e):
                 raise ModelError(
@@ -88,6 +125,18 @@ class LlamaTarget(Target):
         n_layer = llama_cpp.llama_model_n_layer(self._llm.model)
         self.n_gpu_layers = (n_layer if n_gpu_layers < 0 else min(n_gpu_layers, n_layer)) if offload else 0
         self.device = f"gpu ({self.n_gpu_layers}/{n_layer} layers)" if self.n_gpu_layers else "cpu"
+        self.numerics = numerics
+        if exact and self.n_gpu_layers:
+            self.numerics = "exact (GPU: not batch-invariant)"
+            self.speculation_off = (
+                "llama.cpp's GPU kernels round a batch differently from one token, so "
+                "verification could change the output; speculation is off (pass "
+                "--numerics fast to speculate, equal to plain decoding up to near-ties)")
+            log.warning("%s: %s", path.name, self.speculation_off)
+        elif not exact:
+            log.info("%s: fast numerics: batched and one-token logits differ (up to ~1 logit on "
+                     "K-quant models), so speculative output may differ from plain decoding at "
+                     "such gaps", path.name)
         self._ctx = self._llm.ctx
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
@@ -200,3 +249,44 @@ class LlamaTarget(Target):
             self._closed = True
             self._lib.llama_batch_free(self._batch)
             self._llm.close()
+
+
+def open_llama(path: Path, *, numerics: str, threads: int, n_batch: int = 512, **kwargs):
+    """A ``llama_cpp.Llama`` with the kernels of ``numerics`` (see the module): for
+    ``"exact"`` flash attention, ubatches of at most ``EXACT_UBATCH`` tokens, one thread
+    for one-token ubatches and ``threads`` for batches, no weight repacking, no tiled
+    K-quant matmul. ``kwargs`` go to ``Llama`` (n_ctx, n_gpu_layers, logits_all,
+    draft_model...). Raises what ``Llama`` raises."""
+    import llama_cpp
+
+    if numerics != "exact":
+        return llama_cpp.Llama(model_path=str(path), n_batch=n_batch, n_ubatch=n_batch,
+                               n_threads=threads, n_threads_batch=threads, verbose=False,
+                               **kwargs)
+    os.environ["GGML_CPU_TILED_MM"] = "0"  # in case the caller's environment turned it on
+    with _no_weight_repacking(llama_cpp):
+        return llama_cpp.Llama(model_path=str(path), n_batch=n_batch,
+                               n_ubatch=min(n_batch, EXACT_UBATCH), n_threads=1,
+                               n_threads_batch=threads, flash_attn=True, verbose=False, **kwargs)
+
+
+@contextlib.contextmanager
+def _no_weight_repacking(llama_cpp):
+    """``Llama()`` with ``use_extra_bufts = False`` in its model parameters.
+
+    llama-cpp-python builds them from ``llama_model_default_params()`` and has no
+    argument for this field, so the default is swapped for the duration of the call.
+    """
+    lib = llama_cpp.llama_cpp
+    default = lib.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    lib.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        lib.llama_model_default_params = default
