@@ -394,13 +394,14 @@ def novel_workload(target, path: Path | None, n_cases: int, budget: int,
                           and 40 <= len(t.text.strip()) <= 4000), None)
             if first and first.strip() not in requests:
                 requests.append(first.strip())
-        source = str(path) if path else "transcripts' first user messages"
+        source = (f"first user messages of the transcripts in {path}" if path
+                  else "first user messages of the agent transcripts")
     except InputError:
         if path is not None:
             raise
-        source = "module docstrings of the library"
     root, files = library_files(library)
-    if not requests:
+    if not requests:  # no transcripts, or none with a usable first request
+        source = f"module docstrings of the library {root}"
         for p in files:
             m = re.match(r'\s*(?:#.*\n)*\s*[rRuU]?"""(.{80,1200}?)"""', p.read_text(
                 encoding="utf-8", errors="replace"), re.S)
