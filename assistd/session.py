@@ -323,5 +323,8 @@ def proposer_options(name: str, history, cost, target: Target | None = None) -> 
 
 
 def ledger_line(c: Completion) -> str:
-    return c.generation.ledger.summary() + f" stop={c.generation.stop_reason}"
+    line = c.generation.ledger.summary() + f" stop={c.generation.stop_reason}"
+    if c.generation.speculation_off:
+        line += f" speculation=off ({c.generation.speculation_off})"
+    return line
 
