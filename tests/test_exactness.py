@@ -230,3 +230,15 @@ def test_fast_numerics_is_an_option(tmp_path):
         t.close()
     with pytest.raises(ValueError, match="numerics"):
         LlamaTarget(default_model_path(), n_ctx=256, numerics="bitwise")
+
+
+def test_speculation_off_decodes_plainly_and_says_why(target, monkeypatch):
+    """A Target that cannot verify exactly (a GPU offload: none on this machine, so the
+    attribute is set by hand) decodes plainly whatever proposer is given, and the
+    Generation carries the reason."""
+    ids = with_bos(target, target.tokenize((REPO / "proposers/base.py").read_text()))[:300]
+    plain = generate(target, ids, None, max_tokens=24)
+    monkeypatch.setattr(target, "speculation_off", "GPU offload (set by this test)")
+    g = generate(target, ids, NgramProposer(None), max_tokens=24, k=8)
+    assert g.tokens == plain.tokens and g.ledger.rounds == 0 and g.ledger.propose_calls == 0
+    assert g.speculation_off == "GPU offload (set by this test)"

@@ -247,7 +247,8 @@ def test_corrupt_cache_falls_back_to_conversion(torch_target, tmp_path, monkeypa
     t.close()
     torch_target.truncate(0)
     ref = torch_target.evaluate(ids, [len(ids) - 1])
-    assert float(np.abs(out - ref).max()) == 0.0
+    # The same weights: equal up to float rounding (8.6e-6 seen; a bad conversion is off by whole logits).
+    assert float(np.abs(out - ref).max()) < 1e-3
 
 
 def test_unwritable_cache_warns_and_loads_anyway(torch_target, tmp_path):
