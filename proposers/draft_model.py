@@ -116,11 +116,14 @@ def open_draft(path: str | Path | None, *, backend: str = "llama", n_ctx: int = 
     """Load a draft model: a second Target instance with its own context and KV cache.
 
     ``path``: a GGUF file (or for torch a Hugging Face directory); None = the embedded
-    default model. The other options go to :func:`assistd.session.open_target`.
-    Raises :class:`ModelError`.
+    default model. The other options go to :func:`assistd.session.open_target`; on
+    llama.cpp the draft runs llama.cpp's fast kernels unless told otherwise: its numerics
+    never reach the output, which the Target verifies. Raises :class:`ModelError`.
     """
     from assistd.session import open_target
 
+    if backend == "llama":
+        target_options.setdefault("numerics", "fast")
     return open_target(Path(path) if path is not None else None, backend=backend, n_ctx=n_ctx,
                        n_threads=n_threads, **target_options)
 

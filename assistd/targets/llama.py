@@ -8,7 +8,7 @@ is rolled back exactly with ``llama_memory_seq_rm``.
 Exact numerics (the default). ggml's CPU kernels pick their path by batch shape and
 thread count, and those paths round differently: a token's logits, and the keys and
 values it leaves in the cache, depend on how many tokens shared its ``llama_decode``
-call. Measured here (``tests/test_exactness.py``): up to 0.7 logits on SmolLM2 Q4_1
+call. Measured here: up to 0.75 logits on SmolLM2 Q4_1
 and 1.7 on Gemma 3 Q4_K_M, enough to flip tokens whose top-2 gap is over 1, so a
 verification batch, a prefill or a KV cache kept from an earlier request could
 change what the Target says. With ``numerics="exact"`` every path is one whose
