@@ -40,8 +40,14 @@ def _write_transcripts(root):
     return files
 
 
+def _tables(c) -> set[str]:
+    return {r[0] for r in c.execute("select name from sqlite_master where type = 'table'")}
+
+
 def _records(db):
     with sqlite3.connect(db) as c:
+        if not _tables(c):  # killed before the schema was committed
+            return []
         return c.execute(
             "select scope, path, content_hash, text from documents order by path").fetchall()
 
@@ -49,6 +55,12 @@ def _records(db):
 def _check_consistent(db):
     with sqlite3.connect(db) as c:
         assert c.execute("pragma integrity_check").fetchone()[0] == "ok"
+        tables = _tables(c)
+        # A kill after the file was opened but before the schema's one transaction
+        # committed leaves an empty database (never half a schema); a restart migrates it.
+        if not tables:
+            return
+        assert {"_assistd_migrations", "documents", "tokenizations", "transcripts"} <= tables
         orphans = c.execute(
             "select count(*) from documents d left join tokenizations t on t.document_id = d.id"
             " where t.document_id is null or t.content_hash != d.content_hash").fetchone()[0]

@@ -187,7 +187,8 @@ def test_second_load_is_served_from_the_cache(torch_target, monkeypatch):
     assert cache.name == hf.file_sha256(default_model_path())
     assert list(cache.glob("*.safetensors")) and (cache / "config.json").is_file()
     assert (cache / "tokenizer.json").is_file()
-    assert sorted(p.name for p in cache.parent.iterdir()) == [cache.name]  # no temp dir left
+    # No temp dir left (other models' caches, e.g. Gemma's from test_exactness, may lie beside it).
+    assert not [p.name for p in cache.parent.iterdir() if ".tmp-" in p.name]
     ids = t.tokenize(CODE)
     t.truncate(0)
     ref = t.evaluate(ids, range(len(ids)))
