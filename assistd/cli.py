@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from assistd import __version__
-from assistd.errors import AssistdError, InputError
+from assistd.ground.errors import AssistdError, InputError
 
 
 class _Group(click.Group):
@@ -168,7 +168,8 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
         assistd index . --transcripts ~/.claude/projects --transcripts run.traj
         assistd index . --watch
     """
-    from assistd.session import open_store, open_target
+    from assistd.targets.open import open_target
+    from assistd.runtime.session import open_store
     from storage.indexer import find_repository_root
     from storage.retention import DEFAULT_MAX_BYTES, enforce_budget
     from storage.watcher import HistoryWatcher, default_transcript_locations
@@ -255,7 +256,7 @@ def history():
 
 
 def _history_store(db):
-    from assistd.session import open_store
+    from assistd.runtime.session import open_store
 
     return open_store(db)
 
@@ -439,14 +440,14 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
 
     \b
     Examples:
-        assistd complete --file assistd/engine.py --line 40 --column 1
+        assistd complete --file assistd/decoding/engine.py --line 40 --column 1
         echo 'def fib(n):' | assistd complete --file - --json
         assistd complete --file app.py --temperature 0.7 --top-p 0.9 --seed 1 --stop $'\\n\\n'
         assistd complete --file app.py --backend torch --device cpu
     """
-    from assistd.languages import language_id
-    from assistd.sampling import SamplingParams
-    from assistd.session import complete_at, ledger_line, read_prompt
+    from assistd.ground.languages import language_id
+    from assistd.ground.sampling import SamplingParams
+    from assistd.runtime.session import complete_at, ledger_line, read_prompt
 
     try:  # click's float ranges let NaN through; SamplingParams refuses it
         sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
@@ -502,7 +503,7 @@ _IN_PROCESS_OPTIONS = ("model", "backend", "n_ctx", "device", "dtype", "n_gpu_la
 
 def _complete_daemon(use_daemon):
     """The daemon client ``complete`` should use, or None to run in-process."""
-    from assistd.client import find_daemon, socket_path
+    from assistd.serving.client import find_daemon, socket_path
 
     if use_daemon is False:
         return None
@@ -522,7 +523,7 @@ def _complete_daemon(use_daemon):
 
 def _print_completion(out: dict, as_json: bool) -> None:
     """Print a daemon's ``Completion.as_dict()`` as ``complete`` prints its own."""
-    from assistd.ledger import Ledger
+    from assistd.ground.ledger import Ledger
 
     if as_json:
         click.echo(json.dumps(out))
@@ -576,7 +577,7 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, model, as_jso
         assistd replay run.traj --proposer suffix --proposer peer:llama-cpp-python-pld --json
         assistd replay --git . --git-commits 50 --k 8
     """
-    from assistd.replay import replay_report
+    from assistd.measure.replay import replay_report
 
     update, close = (None, lambda: None) if as_json else _progress("replay")
     try:
@@ -656,8 +657,8 @@ def bench(workloads, proposers, backend, model, draft_model, k, cases, max_token
     """
     import shlex
 
-    from assistd import bench as bench_mod
-    from assistd.bench_report import print_ledger, write_report
+    from assistd.measure import bench as bench_mod
+    from assistd.measure.bench_report import print_ledger, write_report
 
     specs = list(workloads) or ["agent", "edit", "stdlib", "novel"]
     optional = ()
@@ -812,8 +813,8 @@ def stats(scope, as_json, plot, db):
         assistd stats --scope ~/src/myproj --json
         assistd stats --plot tuner.png
     """
-    from assistd.session import open_store
-    from assistd.stats import plot_stats, print_stats, stats_report
+    from assistd.runtime.session import open_store
+    from assistd.runtime.stats import plot_stats, print_stats, stats_report
     from storage.ledger_store import LedgerStore
 
     report = stats_report(LedgerStore(open_store(db)), scope=scope)
@@ -867,7 +868,7 @@ def serve(config_file, print_config, **flags):
         assistd serve --tcp 127.0.0.1:8765 --print-config
         curl --unix-socket "$(assistd serve --print-config | sed -n 's/^socket_path = //p' | tr -d '\"')" http://x/v1/models
     """
-    from assistd.config import load_config
+    from assistd.serving.config import load_config
 
     config, sources = load_config(config_file, flags)
     if print_config:
@@ -878,7 +879,7 @@ def serve(config_file, print_config, **flags):
         if config.tcp:
             click.echo(f"token_path = {json.dumps(str(config.token_path()))}")
         return
-    from assistd.daemon import serve as run
+    from assistd.serving.daemon import serve as run
 
     run(config)
 
@@ -894,7 +895,7 @@ def status(as_json):
     Example:
         assistd status --json
     """
-    from assistd.client import find_daemon, socket_path
+    from assistd.serving.client import find_daemon, socket_path
 
     client = find_daemon()
     if client is None:
@@ -943,7 +944,7 @@ def mcp(no_daemon, model, n_ctx, db, log_file, verbose):
     """
     import logging
 
-    from assistd.mcp_server import serve_stdio
+    from assistd.serving.mcp_server import serve_stdio
 
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     handlers[0].setLevel(logging.WARNING)
@@ -1013,7 +1014,7 @@ def lsp(stdio, tcp, allow_remote, log_file, verbose, use_daemon):
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     completer = None
     if use_daemon is not False:
-        from assistd.client import find_daemon, socket_path
+        from assistd.serving.client import find_daemon, socket_path
 
         client = find_daemon()
         if client is None and use_daemon:

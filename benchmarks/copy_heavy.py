@@ -25,10 +25,10 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assistd.engine import generate  # noqa: E402
-from assistd.session import default_model_path  # noqa: E402
+from assistd.decoding.engine import generate  # noqa: E402
+from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
-from assistd.costmodel import CostModel  # noqa: E402
+from assistd.ground.costmodel import CostModel  # noqa: E402
 from proposers.index import HistoryIndex  # noqa: E402
 from proposers.ngram import NgramProposer  # noqa: E402
 from proposers.suffix import SuffixProposer  # noqa: E402
@@ -43,7 +43,7 @@ def chat(user: str, assistant: str) -> str:
 def prompts() -> dict[str, str]:
     """Copy-heavy prompts (the Target's output mostly repeats text in its context) and one
     novel prompt (nothing to copy: speculation must cost next to nothing there)."""
-    ledger = (ROOT / "assistd/ledger.py").read_text()
+    ledger = (ROOT / "assistd/ground/ledger.py").read_text()
     body = ledger[ledger.index("@dataclass"): ledger.index("    def record_plain_step")]
     walk = (ROOT / "storage/walk.py").read_text()
     base = (ROOT / "proposers/base.py").read_text()

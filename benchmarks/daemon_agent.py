@@ -69,10 +69,10 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assistd.bench_workloads import aider_runs, fit, model_calls  # noqa: E402
-from assistd.chat import chat_prompt_ids  # noqa: E402
-from assistd.replay_inputs import transcript_session  # noqa: E402
-from assistd.session import default_model_path  # noqa: E402
+from assistd.measure.bench_workloads import aider_runs, fit, model_calls  # noqa: E402
+from assistd.runtime.chat import chat_prompt_ids  # noqa: E402
+from assistd.measure.replay_inputs import transcript_session  # noqa: E402
+from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from storage.transcripts import HEAD_BYTES, detect_format, open_bytes  # noqa: E402
 from benchmarks.lsp_typing import cpu_busy  # noqa: E402
@@ -276,7 +276,7 @@ def near_ties(calls: list[dict], results: list[dict], n_ctx: int, max_tokens: in
     requests sharing the prefix), the gap at that earlier difference is noted instead.
     Adds ``first_diff_char`` and ``gap`` to each differing arm's result, and
     ``local_diff_char`` / ``local_gap`` to the ``none`` result."""
-    from assistd.engine import generate
+    from assistd.decoding.engine import generate
 
     todo = [(c, r) for c, r in zip(calls, results) if "error" not in r["none"] and any(
         "error" not in r[a] and r[a]["text"] != r["none"]["text"] for a, _, _ in ARMS)]

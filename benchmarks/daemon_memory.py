@@ -11,7 +11,7 @@ stdlib modules, so that some requests draft from a history scope), ``--clients``
 threads each with its own Unix-socket connection, ``--requests`` requests in all, a
 seeded mix: ``/v1/completions`` and ``/v1/chat/completions`` (one in 5, in blocks of 25 so
 that consecutive prompts share their KV prefix; a chat request costs ~300 ms here: ~25
-tokens of template, and ~200 ms rendering it in ``assistd.chat``), streamed or not (some
+tokens of template, and ~200 ms rendering it in ``assistd.runtime.chat``), streamed or not (some
 streams with ``include_usage``, some hung up after the first event), string and token-id
 prompts that differ per request, ``max_tokens`` 1-4, greedy or seeded sampling, proposer
 suffix / none / the default, with or without ``assistd.scope``, stop strings; a few GETs

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from assistd.session import open_target  # noqa: E402
+from assistd.targets.open import open_target  # noqa: E402
 from storage import indexer as indexer_mod  # noqa: E402
 from storage.indexer import RepoIndexer  # noqa: E402
 from storage.store import HistoryStore  # noqa: E402

@@ -55,7 +55,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assistd.session import default_model_path  # noqa: E402
+from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from editors.completer import Counters  # noqa: E402
 from tests.lsp_helpers import inline_params, insert, lsp_session, open_doc, stats  # noqa: E402

@@ -25,8 +25,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assistd.engine import generate  # noqa: E402
-from assistd.session import default_model_path  # noqa: E402
+from assistd.decoding.engine import generate  # noqa: E402
+from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 
 STDLIB = Path(json.__file__).resolve().parents[1]

@@ -36,8 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assistd.costmodel import CostModel  # noqa: E402
-from assistd.session import open_target  # noqa: E402
+from assistd.ground.costmodel import CostModel  # noqa: E402
+from assistd.targets.open import open_target  # noqa: E402
 from proposers import make_proposer  # noqa: E402
 from proposers.index import HistoryIndex  # noqa: E402
 from storage.store import HistoryStore  # noqa: E402

@@ -5,7 +5,7 @@
 
 What it measures (issue 6, "tuner"), with the real embedded Target (SmolLM2-135M Q4_1
 GGUF on llama.cpp, ``open_target(None)``) and the ``suffix`` proposer, through the
-one engine path the CLI uses (``assistd.session.complete_at``: index the scope, draft
+one engine path the CLI uses (``assistd.runtime.session.complete_at``: index the scope, draft
 from its history, verify, record the ledger into the tuner):
 
 - per file type, decode tokens/s (Σ committed tokens / Σ decode seconds, prefill
@@ -30,7 +30,7 @@ the history scope (files are copied there; nothing is written into the repositor
   cursor goes at a line start, and a one-line file has one;
 - transcript: the real coding-agent transcripts of ../shared/fixtures/transcripts
   (files named ``*synthetic*`` skipped), read in place with ``storage.transcripts``
-  through ``assistd.replay_inputs``. A prompt is the conversation before one model turn
+  through ``assistd.measure.replay_inputs``. A prompt is the conversation before one model turn
   (every turn's text, joined by blank lines), the continuation is the agent's next
   output. The scope's history holds the model-output records (what the transcript
   ingester stores) of every other session and of this session's earlier turns, never
@@ -48,7 +48,7 @@ files where there are enough.
 Configs run back to back on the same prompt, in an order rotated from prompt to
 prompt, so that drift in the machine's speed hits all alike; the Target keeps its KV
 cache, so only the first config of a prompt prefills it (prefill is not in the decode
-times anyway). Each config has its own tuner (:class:`assistd.tuner.Tuner`) on its own
+times anyway). Each config has its own tuner (:class:`assistd.decoding.tuner.Tuner`) on its own
 temporary SQLite :class:`storage.ledger_store.LedgerStore`, seeded as ``Tuner.open``
 seeds a fresh store (points counted as 3 forwards), so fixed-k generations never feed
 the auto tuner. The auto tuner's seed is one calibration of t(n)
@@ -99,10 +99,11 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assistd.costmodel import BRIEF_CPU_POINTS, CostModel  # noqa: E402
-from assistd.replay_inputs import InputReport, transcript_sessions  # noqa: E402
-from assistd.session import complete_at, open_target  # noqa: E402
-from assistd.tuner import Tuner, target_key  # noqa: E402
+from assistd.ground.costmodel import BRIEF_CPU_POINTS, CostModel  # noqa: E402
+from assistd.measure.replay_inputs import InputReport, transcript_sessions  # noqa: E402
+from assistd.targets.open import open_target  # noqa: E402
+from assistd.runtime.session import complete_at  # noqa: E402
+from assistd.decoding.tuner import Tuner, target_key  # noqa: E402
 from storage.indexer import find_repository_root  # noqa: E402
 from storage.ledger_store import LedgerStore  # noqa: E402
 from storage.secrets import redact  # noqa: E402

@@ -5,7 +5,7 @@ Every method runs on one worker thread (:class:`editors.server.Worker`): the Tar
 its KV cache, the SQLite connection and the history index are not thread-safe, and
 a single thread also serialises requests on the single Target. The path is the one
 engine path: history -> proposer -> Target -> verification -> ledger
-(:func:`assistd.engine.generate`), with the tuner's ceiling per language.
+(:func:`assistd.decoding.engine.generate`), with the tuner's ceiling per language.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistd.engine import generate
-from assistd.ledger import Ledger
+from assistd.decoding.engine import generate
+from assistd.ground.ledger import Ledger
 from editors import prompting
 from editors.settings import Settings
 from storage.suggestions import Served
@@ -144,12 +144,12 @@ def uri_path(uri: str) -> Path | None:
 
 class Completer:
     """Long-lived engine state for the LSP server. Opened lazily; raises
-    :class:`assistd.errors.AssistdError` (model missing, bad database) from the
+    :class:`assistd.ground.errors.AssistdError` (model missing, bad database) from the
     first call that needs the part that fails."""
 
     def __init__(self, settings: Settings | None = None, shared=None):
         self.settings = settings or Settings()
-        # The daemon's :class:`assistd.service.Service`: its Target, store, tuner and
+        # The daemon's :class:`assistd.serving.service.Service`: its Target, store, tuner and
         # index serve every editor session (settings' model/backend/db are its own).
         self.shared = shared
         self.counters = Counters()
@@ -174,8 +174,9 @@ class Completer:
 
     def open(self) -> None:
         """Open the store, the Target and the tuner (calibrating t(n) once per Target)."""
-        from assistd.session import open_store, open_target
-        from assistd.tuner import Tuner, env_seed
+        from assistd.targets.open import open_target
+        from assistd.runtime.session import open_store
+        from assistd.decoding.tuner import Tuner, env_seed
         from proposers.index import HistoryIndex
         from storage.ledger_store import LedgerStore
         from storage.suggestions import SuggestionStore
@@ -312,8 +313,8 @@ class Completer:
         proposer, ceiling, k = None, None, 0
         name = s.proposer if s.k != 0 else "none"
         if name != "none":
-            from assistd.session import proposer_options
-            from assistd.tuner import K_MAX
+            from assistd.runtime.session import proposer_options
+            from assistd.decoding.tuner import K_MAX
             from proposers import make_proposer
 
             options = proposer_options(name, self.index if scope else None,

@@ -16,8 +16,8 @@ import threading
 import uuid
 from dataclasses import asdict
 
-from assistd.client import DaemonClient
-from assistd.ledger import Ledger
+from assistd.serving.client import DaemonClient
+from assistd.ground.ledger import Ledger
 from editors.completer import Counters, Request, Suggestion
 from editors.settings import Settings
 

@@ -26,7 +26,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
 from assistd import __version__
-from assistd.errors import AssistdError
+from assistd.ground.errors import AssistdError
 from editors.completer import Completer, Request, Suggestion
 from editors.positions import PositionError, offset_at
 from editors.settings import Settings, parse_settings

@@ -13,10 +13,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from assistd.tuner import K_MAX
+from assistd.decoding.tuner import K_MAX
+from assistd.targets.open import BACKENDS
 
 PROPOSERS = ("suffix", "ngram", "none")
-BACKENDS = ("llama", "torch")
 
 
 @dataclass(frozen=True)

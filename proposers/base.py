@@ -98,7 +98,7 @@ def make_proposer(name: str, **kwargs) -> Proposer:
 
     The context objects of :data:`CONTEXT_KWARGS` (``history``: a
     :class:`proposers.index.HistoryIndex`, ``cost``: the Target's
-    :class:`assistd.costmodel.CostModel`, ``target``: the Target) are passed only to
+    :class:`assistd.ground.costmodel.CostModel`, ``target``: the Target) are passed only to
     proposers whose constructor takes them, so callers can offer all of them to any
     proposer; other keyword arguments are passed as given.
     """

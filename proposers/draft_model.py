@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from assistd.errors import ModelError
+from assistd.ground.errors import ModelError
 from assistd.targets.base import Target
 from assistd.targets.compat import check_compatible
 from proposers.base import Draft, Proposer, register
@@ -116,11 +116,11 @@ def open_draft(path: str | Path | None, *, backend: str = "llama", n_ctx: int = 
     """Load a draft model: a second Target instance with its own context and KV cache.
 
     ``path``: a GGUF file (or for torch a Hugging Face directory); None = the embedded
-    default model. The other options go to :func:`assistd.session.open_target`; on
+    default model. The other options go to :func:`assistd.targets.open.open_target`; on
     llama.cpp the draft runs llama.cpp's fast kernels unless told otherwise: its numerics
     never reach the output, which the Target verifies. Raises :class:`ModelError`.
     """
-    from assistd.session import open_target
+    from assistd.targets.open import open_target
 
     if backend == "llama":
         target_options.setdefault("numerics", "fast")

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from assistd.costmodel import CostModel
+from assistd.ground.costmodel import CostModel
 from proposers.base import Draft, Proposer, register
 from proposers.index import MAX_DEPTH, HistoryIndex, Occurrences
 from proposers.match import frequent_path, live_occurrences
@@ -62,7 +62,7 @@ def best_length(probs, round_ms) -> int:
 # context's most frequent continuation was accepted 40% of the time (c = 1.5), the
 # history's 20% (c = 4); after 16 tokens, 90% and 94%. Tuning c over 0.5..5 on the
 # same replay moved the modeled speedup (physical cost) between 1.07 and 1.13; 1.5 / 4
-# is in the flat top. The tuner (assistd/tuner.py) caps drafts per language from measured
+# is in the flat top. The tuner (assistd/decoding/tuner.py) caps drafts per language from measured
 # acceptance on top of it; learning c itself per language is not done yet.
 MATCH_PRIOR = {"context": 1.5, "history": 4.0}
 

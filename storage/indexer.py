@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from assistd.languages import language_id
+from assistd.ground.languages import language_id
 from storage.secrets import redact
 from storage.store import HistoryStore
 from storage.walk import IGNORE_FILES, IgnoreRules, iter_files

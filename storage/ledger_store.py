@@ -1,6 +1,6 @@
 """The persisted acceptance ledger and the Target's measured forward times, decayed.
 
-Each generation's :class:`assistd.ledger.Ledger` is added, in one write transaction,
+Each generation's :class:`assistd.ground.ledger.Ledger` is added, in one write transaction,
 to the row of its (scope, language id, proposer, Target); its verify times go to
 the Target's cost table by tokens per forward. A kill at any moment leaves either
 the row before or after the generation, never half of it (SQLite WAL, BEGIN
@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from assistd.ledger import Ledger
+from assistd.ground.ledger import Ledger
 from storage.store import HistoryStore
 
 HALF_LIFE_S = 7 * 24 * 3600.0  # a week

@@ -43,7 +43,7 @@ Added by ``m003_ledger`` (the tuner's persisted, decayed counters; see
 
 ``ledger``          scope, language_id, proposer, target (the Target's cost key:
                     backend, model file, device, threads), counters (JSON: the raw
-                    decode counters of :class:`assistd.ledger.Ledger`, decayed to
+                    decode counters of :class:`assistd.ground.ledger.Ledger`, decayed to
                     updated_utc), updated_utc; pk (scope, language_id, proposer, target)
 ``target_costs``    target, n_tokens (tokens in one forward: draft length + 1), ms_sum,
                     count (both decayed to updated_utc), updated_utc; pk (target, n_tokens)
@@ -62,7 +62,7 @@ from collections.abc import Callable
 
 import sqlite_utils
 
-from assistd.errors import HistoryError
+from assistd.ground.errors import HistoryError
 
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = []
 

@@ -93,7 +93,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from assistd.errors import AssistdError
+from assistd.ground.errors import AssistdError
 
 REDACTED = "[REDACTED]"
 MIN_GLOBAL_CHARS = 8  # token-like values this long are replaced everywhere in the text

@@ -18,7 +18,7 @@ import numpy as np
 import platformdirs
 import sqlite_utils
 
-from assistd.errors import HistoryError
+from assistd.ground.errors import HistoryError
 from storage.migrations import migrate
 
 TOKEN_DTYPE = np.dtype("<u4")

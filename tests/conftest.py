@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from assistd.session import default_model_path
+from assistd.targets.open import default_model_path
 from assistd.targets.llama import LlamaTarget
 from storage.store import HistoryStore
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from assistd.bench import Arm, ArmTotals, Bench, arms_for, check_ledger, first_difference
-from assistd.bench_workloads import Case
-from assistd.costmodel import CostModel
-from assistd.engine import generate
-from assistd.bench_workloads import edit_cursor, parse_spec
-from assistd.errors import InputError
-from assistd.verify import NEAR_TIE_GAP
+from assistd.measure.bench import Arm, ArmTotals, Bench, arms_for, check_ledger, first_difference
+from assistd.measure.bench_workloads import Case
+from assistd.ground.costmodel import CostModel
+from assistd.decoding.engine import generate
+from assistd.measure.bench_workloads import edit_cursor, parse_spec
+from assistd.ground.errors import InputError
+from assistd.decoding.verify import NEAR_TIE_GAP
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -209,7 +209,7 @@ def test_cli_refuses_an_unwritable_report_folder_before_the_run(tmp_path, sub):
 
 
 def test_binary_files_are_no_library_and_an_empty_repository_no_history(tmp_path, target):
-    from assistd.bench_workloads import edit_workload, library_files
+    from assistd.measure.bench_workloads import edit_workload, library_files
 
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -226,7 +226,7 @@ def test_binary_files_are_no_library_and_an_empty_repository_no_history(tmp_path
 
 
 def test_drift_is_warned_about(short_run):
-    from assistd.bench import drift_warnings
+    from assistd.measure.bench import drift_warnings
 
     report = copy.deepcopy(short_run[0])
     arm = report["workloads"][0]["arms"][1]
@@ -303,7 +303,7 @@ def test_the_history_index_is_built_before_the_timed_runs():
 def test_novel_workload_names_the_source_it_used(target, tmp_path, monkeypatch):
     """With no transcripts to read, the requests are module docstrings and the source
     says so (it once said "transcripts' first user messages" for the fallback too)."""
-    from assistd.bench_workloads import novel_workload
+    from assistd.measure.bench_workloads import novel_workload
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)

@@ -18,9 +18,9 @@ import json
 
 import pytest
 
-from assistd.bench_report import (ledger_markdown, plot_acceptance, plot_speedup, print_ledger,
+from assistd.measure.bench_report import (ledger_markdown, plot_acceptance, plot_speedup, print_ledger,
                                   write_report)
-from assistd.errors import InputError
+from assistd.ground.errors import InputError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PEER = "llama-cpp-python PLD (library)"

@@ -122,7 +122,7 @@ def test_missing_model_is_one_line_exit_2(repo, tmp_path):
 
 
 def test_non_gguf_and_truncated_model_are_one_line_exit_2(repo, tmp_path):
-    from assistd.session import default_model_path
+    from assistd.targets.open import default_model_path
 
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a model at all")

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from assistd.config import Config, load_config
-from assistd.errors import InputError
+from assistd.serving.config import Config, load_config
+from assistd.ground.errors import InputError
 
 
 def test_precedence_file_then_environment_then_flags(tmp_path):

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from assistd.costmodel import CostModel
-from assistd.errors import InputError
+from assistd.ground.costmodel import CostModel
+from assistd.ground.errors import InputError
 
 
 def test_brief_figures_interpolate_and_extrapolate():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from assistd.errors import InputError
-from assistd.session import cursor_offset
+from assistd.ground.errors import InputError
+from assistd.runtime.session import cursor_offset
 
 
 def test_positions_in_lf_text():

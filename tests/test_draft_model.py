@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from assistd.engine import generate
-from assistd.errors import ModelError
-from assistd.sampling import SamplingParams
+from assistd.decoding.engine import generate
+from assistd.ground.errors import ModelError
+from assistd.ground.sampling import SamplingParams
 from assistd.targets.compat import TokenizerInfo, check_compatible, diff_tokenizers, diff_vocab
 from proposers import make_proposer
 from proposers.draft_model import DraftModelProposer, open_draft, window_start

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistd.engine import generate
-from assistd.verify import NEAR_TIE_GAP
+from assistd.decoding.engine import generate
+from assistd.decoding.verify import NEAR_TIE_GAP
 from proposers.base import Draft, Proposer
 from proposers.index import HistoryIndex
 from proposers.ngram import NgramProposer
@@ -19,7 +19,7 @@ from storage.indexer import index_repository
 
 REPO = Path(__file__).resolve().parents[1]
 STDLIB = Path(json.__file__).resolve().parents[1]
-NEAR_TIE = NEAR_TIE_GAP  # the one frozen bound (assistd.verify); with exact numerics never reached
+NEAR_TIE = NEAR_TIE_GAP  # the one frozen bound (assistd.decoding.verify); with exact numerics never reached
 
 
 def prompt_from(path: Path, n_lines: int) -> str:
@@ -27,7 +27,7 @@ def prompt_from(path: Path, n_lines: int) -> str:
 
 
 PROMPTS = {
-    "repo:engine.py": lambda: prompt_from(REPO / "assistd/engine.py", 70),
+    "repo:engine.py": lambda: prompt_from(REPO / "assistd/decoding/engine.py", 70),
     "repo:store.py": lambda: prompt_from(REPO / "storage/store.py", 60),
     "repo:ngram.py": lambda: prompt_from(REPO / "proposers/ngram.py", 80),
     "stdlib:json/encoder.py": lambda: prompt_from(STDLIB / "json/encoder.py", 60),
@@ -215,7 +215,7 @@ def test_drafts_stay_inside_context_window():
 
     llama.cpp pads n_ctx (64 becomes 256); the test uses the padded value.
     """
-    from assistd.session import default_model_path
+    from assistd.targets.open import default_model_path
     from assistd.targets.llama import LlamaTarget
 
     small = LlamaTarget(default_model_path(), n_ctx=64)
@@ -317,7 +317,7 @@ def test_detokenize_keeps_pieces_longer_than_32_bytes(target):
     ids = target.tokenize(text)
     assert max(len(target.detokenize([i])) for i in ids) > 32  # a long piece is really in there
     assert target.detokenize(ids) == text
-    for path in (REPO / "assistd/ledger.py", REPO / "assistd/session.py"):
+    for path in (REPO / "assistd/ground/ledger.py", REPO / "assistd/runtime/session.py"):
         src = path.read_text()
         assert target.detokenize(target.tokenize(src)) == src
 
@@ -325,7 +325,7 @@ def test_detokenize_keeps_pieces_longer_than_32_bytes(target):
 def test_stop_string_made_of_multi_token_characters_is_found(target):
     """Regression: a CJK character split over tokens decodes as U+FFFD until complete;
     the stop-string scan must not skip past it."""
-    from assistd.engine import _StopStrings
+    from assistd.decoding.engine import _StopStrings
 
     prompt = target.tokenize("# note:")
     out_text = "、メモコメントがある"

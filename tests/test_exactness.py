@@ -7,7 +7,7 @@ token's logits, and the KV it leaves behind, depended on how many tokens shared 
 ``llama_decode`` call (a verification batch, a prefill, a cache kept from another
 request). With exact numerics (``assistd.targets.llama``) batched and one-token
 evaluation are bit-identical, so these tests ask for equality; the frozen near-tie
-bound (:data:`assistd.verify.NEAR_TIE_GAP`) is only reported, for the torch backend.
+bound (:data:`assistd.decoding.verify.NEAR_TIE_GAP`) is only reported, for the torch backend.
 
 Real models (the embedded SmolLM2-135M and the dev install's Gemma 3 270M), real
 prompts (this repository, the standard library, chat requests), one process with the
@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistd.chat import chat_prompt_ids
-from assistd.engine import generate
-from assistd.sampling import SamplingParams, target_distribution
-from assistd.session import default_model_path
+from assistd.runtime.chat import chat_prompt_ids
+from assistd.decoding.engine import generate
+from assistd.ground.sampling import SamplingParams, target_distribution
+from assistd.targets.open import default_model_path
 from assistd.targets.llama import LlamaTarget
-from assistd.verify import NEAR_TIE_GAP, sample_accept
+from assistd.decoding.verify import NEAR_TIE_GAP, sample_accept
 from proposers.base import Draft, Proposer
 from proposers.index import HistoryIndex
 from proposers.ngram import NgramProposer
@@ -55,7 +55,7 @@ def text_prompts(target) -> dict[str, list[int]]:
         return with_bos(target, target.tokenize(path.read_text(encoding="utf-8"))[:n])
 
     return {
-        "repo:engine.py": head(REPO / "assistd/engine.py", 700),
+        "repo:engine.py": head(REPO / "assistd/decoding/engine.py", 700),
         "stdlib:textwrap.py": head(STDLIB / "textwrap.py", 560),
         "chat": chat_prompt_ids(target, [{"role": "user", "content":
                                           "Explain in two sentences what a context manager is."}]),

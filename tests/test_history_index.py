@@ -204,7 +204,7 @@ def test_database_file_is_private(tmp_path):
 def test_corrupt_database_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite" * 100)
-    from assistd.errors import HistoryError
+    from assistd.ground.errors import HistoryError
 
     with pytest.raises(HistoryError, match="cannot open history database") as e:
         HistoryStore(bad)
@@ -284,7 +284,7 @@ def execute_sql(path, statement):
 
 
 def test_foreign_and_newer_databases_are_refused(tmp_path):
-    from assistd.errors import HistoryError
+    from assistd.ground.errors import HistoryError
 
     other = tmp_path / "other.db"
     execute_sql(other, "create table documents (title text)")

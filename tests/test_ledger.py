@@ -2,7 +2,7 @@
 
 import random
 
-from assistd.ledger import Ledger
+from assistd.ground.ledger import Ledger
 
 
 def test_empty_ledger_has_null_ratios():

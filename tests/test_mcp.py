@@ -19,7 +19,7 @@ import anyio
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from assistd.client import find_daemon
+from assistd.serving.client import find_daemon
 from tests.conftest import make_repo
 
 TOOLS = {"complete_code", "continue_text", "acceptance_stats"}

@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistd.costmodel import CostModel
-from assistd.errors import InputError
-from assistd.replay import (
+from assistd.ground.costmodel import CostModel
+from assistd.ground.errors import InputError
+from assistd.measure.replay import (
     SCOPE, ReplayCounts, TokenizedSession, build_proposer, common_prefix_len, default_proposers,
     metrics, modeled_speedup, per_position, replay_proposer, replay_report, tokens_per_call,
     walk_turn,
 )
-from assistd.replay_inputs import InputReport, git_sessions, transcript_session
+from assistd.measure.replay_inputs import InputReport, git_sessions, transcript_session
 from proposers import Draft, Proposer, make_proposer
 from proposers.peers import cut_at_eos, earliest_lookup
 from storage.transcripts import (
@@ -356,8 +356,8 @@ def test_git_history_as_sessions(three_commits):
 
 def test_git_replay_drafts_the_new_version_from_the_old(three_commits):
     """Commit two re-writes a.py: the ngram proposer copies most of it from version one."""
-    from assistd.replay import tokenize_sessions
-    from assistd.session import open_target
+    from assistd.measure.replay import tokenize_sessions
+    from assistd.targets.open import open_target
 
     target = open_target(None)
     try:

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, chisquare
 
-from assistd.engine import generate
-from assistd.sampling import SamplingParams, TokenDistribution, target_distribution
-from assistd.verify import sample_accept, sample_accept_with_q
+from assistd.decoding.engine import generate
+from assistd.ground.sampling import SamplingParams, TokenDistribution, target_distribution
+from assistd.decoding.verify import sample_accept, sample_accept_with_q
 from proposers.base import Draft, Proposer
 
 DRAWS = 60_000

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from assistd.errors import AssistdError
+from assistd.ground.errors import AssistdError
 from storage.secrets import REDACTED, Redaction, candidate_lines, redact
 
 RNG = random.Random(20240611)

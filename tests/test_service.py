@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import assistd.service as service_mod
-from assistd.config import Config
-from assistd.scheduler import EDITOR
-from assistd.service import Service
+import assistd.serving.service as service_mod
+from assistd.serving.config import Config
+from assistd.serving.scheduler import EDITOR
+from assistd.serving.service import Service
 from tests.conftest import make_repo
 
 

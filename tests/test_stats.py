@@ -25,11 +25,11 @@ import sys
 
 import pytest
 
-from assistd.costmodel import CostModel
-from assistd.errors import InputError
-from assistd.ledger import Ledger
-from assistd.stats import plot_stats, print_stats, stats_report
-from assistd.tuner import K_MAX, Tuner, estimate
+from assistd.ground.costmodel import CostModel
+from assistd.ground.errors import InputError
+from assistd.ground.ledger import Ledger
+from assistd.runtime.stats import plot_stats, print_stats, stats_report
+from assistd.decoding.tuner import K_MAX, Tuner, estimate
 from storage.ledger_store import LedgerStore
 from storage.store import HistoryStore
 

@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from assistd.costmodel import CostModel
+from assistd.ground.costmodel import CostModel
 from proposers import make_proposer
 from proposers.index import SEP, HistoryIndex
 from proposers.match import frequent_path, live_occurrences

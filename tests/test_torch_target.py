@@ -21,9 +21,9 @@ pytest.importorskip("torch", reason="the torch backend needs torch: pip install 
 pytest.importorskip("transformers", reason="the torch backend needs transformers: "
                     "pip install 'assistd[torch]'")
 
-from assistd.engine import generate  # noqa: E402
-from assistd.errors import ModelError  # noqa: E402
-from assistd.session import default_model_path  # noqa: E402
+from assistd.decoding.engine import generate  # noqa: E402
+from assistd.ground.errors import ModelError  # noqa: E402
+from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets import hf  # noqa: E402
 from assistd.targets.hf import TorchTarget  # noqa: E402
 from proposers import make_proposer  # noqa: E402
@@ -125,7 +125,7 @@ def retype(rel: str) -> str:
 
 PROMPTS = {
     "retype:proposers/base.py": lambda: retype("proposers/base.py"),
-    "repo:ledger.py": lambda: (REPO / "assistd/ledger.py").read_text(encoding="utf-8")[:1500],
+    "repo:ledger.py": lambda: (REPO / "assistd/ground/ledger.py").read_text(encoding="utf-8")[:1500],
 }
 
 
@@ -173,7 +173,7 @@ def test_detokenize_agrees_with_llama_cpp_and_round_trips(torch_target, target):
     assert t.detokenize([1] + t.tokenize(" x")) == target.detokenize([1] + t.tokenize(" x")) == "x"
     # Pieces over 32 bytes (newline + 32 spaces), which llama-cpp-python's own
     # detokenize drops; LlamaTarget has its own loop, so both backends agree.
-    for path in [REPO / "assistd/ledger.py", REPO / "assistd/engine.py", REPO / "assistd/session.py"]:
+    for path in [REPO / "assistd/ground/ledger.py", REPO / "assistd/decoding/engine.py", REPO / "assistd/runtime/session.py"]:
         text = path.read_text(encoding="utf-8")
         ids = t.tokenize(text)
         assert t.detokenize(ids) == target.detokenize(ids) == text

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from assistd.errors import InputError
+from assistd.ground.errors import InputError
 from storage.transcripts import (
     ASSISTANT, FORMATS, HEAD_BYTES, TOOL_INPUT, Append, LineParser, Put, Rewind,
     TranscriptError, WholeParser, apply_ops, detect_format, open_bytes, parse_all, parser_for,

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistd.costmodel import CostModel
-from assistd.ledger import Ledger
-from assistd.tuner import Tuner, estimate
+from assistd.ground.costmodel import CostModel
+from assistd.ground.ledger import Ledger
+from assistd.decoding.tuner import Tuner, estimate
 from storage.ledger_store import LedgerStore
 from storage.store import HistoryStore
 from tests.test_cli import assistd, repo  # noqa: F401 (the repo fixture)
@@ -255,7 +255,7 @@ def test_measured_times_are_made_non_decreasing():
 
 WRITER = textwrap.dedent("""
     import sys
-    from assistd.ledger import Ledger
+    from assistd.ground.ledger import Ledger
     from storage.ledger_store import LedgerStore
     from storage.store import HistoryStore
     ls = LedgerStore(HistoryStore(sys.argv[1]))
@@ -334,7 +334,7 @@ def test_real_engine_tunes_k_per_language(target):
     """Through the real engine and Target: a language whose drafts are always wrong is
     turned off (k = 0), one whose drafts are always right gets a long ceiling; the
     output equals plain decoding; verify times reach the cost model."""
-    from assistd.engine import generate
+    from assistd.decoding.engine import generate
 
     # Counting: every top-2 logit gap of the plain run is > 1.7, so batched and
     # sequential evaluation agree (BRIEF §3) and the oracle's acceptance is exact.
@@ -462,8 +462,8 @@ def test_forget_drops_the_scope_ledger_rows(tmp_path):
 
 
 def test_plot_path_needs_an_extension(tmp_path):
-    from assistd.errors import InputError
-    from assistd.stats import plot_stats, stats_report
+    from assistd.ground.errors import InputError
+    from assistd.runtime.stats import plot_stats, stats_report
 
     report = stats_report(LedgerStore(HistoryStore(tmp_path / "h.db")))
     for bad in (tmp_path / "plot", ""):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from assistd.verify import greedy_accept, top2_gap
+from assistd.decoding.verify import greedy_accept, top2_gap
 
 
 def test_greedy_accept_stops_at_first_mismatch():

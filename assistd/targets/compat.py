@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from assistd.errors import ModelError
+from assistd.ground.errors import ModelError
 from assistd.targets.base import Target
 
 MAX_EXAMPLES = 3  # differing ids (or set members) shown per line of the message

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
-from assistd.errors import ModelError
+from assistd.ground.errors import ModelError
 from assistd.targets.base import Target, tokenizer_fingerprint
 from assistd.targets.gguf_header import gguf_metadata
 from assistd.targets.llama import check_model_file

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from assistd.errors import ModelError
+from assistd.ground.errors import ModelError
 from assistd.targets.base import Target, tokenizer_fingerprint
 
 GGUF_MAGIC = b"GGUF"

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from assistd.errors import InputError
+from assistd.ground.errors import InputError
 
 ASSISTANT = "assistant"   # prose the model wrote
 TOOL_INPUT = "tool_input"  # a tool call's input the model wrote (code, patch, command, JSON)

@@ -35,7 +35,7 @@ from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Append, Head, LineParser, Op, Put,
     json_text, register, remember, shown_text, text_hash,
 )
-from assistd.languages import language_id
+from assistd.ground.languages import language_id
 
 KNOWN_TYPES = frozenset({
     "user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation",

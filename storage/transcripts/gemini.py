@@ -33,7 +33,7 @@ from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, LineParser, Op, ParseStats, Put,
     Rewind, TranscriptError, WholeParser, json_text, register, remember, shown_text, text_hash,
 )
-from assistd.languages import language_id
+from assistd.ground.languages import language_id
 
 MESSAGE_TYPES = frozenset({"user", "info", "error", "warning", "gemini"})
 EDIT_FIELDS = {"write_file": "content", "replace": "new_string"}

@@ -33,7 +33,7 @@ from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, Put, TranscriptError, WholeParser,
     json_text, register, shown_text,
 )
-from assistd.languages import language_id
+from assistd.ground.languages import language_id
 
 KNOWN_ACTIONS = frozenset({
     "message", "start", "read", "write", "edit", "run", "run_ipython", "browse",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from assistd.errors import AssistdError, InputError
+from assistd.ground.errors import AssistdError, InputError
 
 
 class DaemonError(AssistdError):
@@ -22,7 +22,7 @@ class DaemonError(AssistdError):
 def socket_path() -> Path:
     """The socket the daemon listens on, by the same configuration it reads
     (``$ASSISTD_SOCKET``, the config file's ``socket``, else the default)."""
-    from assistd.config import Config, load_config
+    from assistd.serving.config import Config, load_config
 
     try:
         config, _ = load_config()

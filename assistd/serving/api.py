@@ -36,10 +36,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from assistd.errors import AssistdError, InputError, ModelError
-from assistd.sampling import SamplingParams
-from assistd.scheduler import AGENT, EDITOR, PRIORITIES, SHELL
-from assistd.service import GenerationRequest, GenerationResult, Service
+from assistd.ground.errors import AssistdError, InputError, ModelError
+from assistd.ground.sampling import SamplingParams
+from assistd.serving.scheduler import AGENT, EDITOR, PRIORITIES, SHELL
+from assistd.serving.service import GenerationRequest, GenerationResult, Service
 
 log = logging.getLogger("assistd.api")
 
@@ -343,7 +343,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         return await run_generation(request, req, gen, chat=False)
 
     async def chat_completions(request: Request):
-        from assistd.chat import chat_prompt_ids, message_text
+        from assistd.runtime.chat import chat_prompt_ids, message_text
 
         data = await read_json(request)
         req = parse(ChatRequest, data)

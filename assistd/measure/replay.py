@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from assistd.costmodel import CostModel
-from assistd.errors import InputError
-from assistd.ledger import Ledger, ratio
-from assistd.replay_inputs import Session
+from assistd.ground.costmodel import CostModel
+from assistd.ground.errors import InputError
+from assistd.ground.ledger import Ledger, ratio
+from assistd.measure.replay_inputs import Session
 from proposers import Proposer, available, make_proposer
 
 SCOPE = "replay"
@@ -283,10 +283,10 @@ class ReplayHistory:
 
 def build_proposer(name: str, history, cost: CostModel | None = None) -> Proposer:
     """A registered proposer with the replay's history and cost model and the settings
-    ``assistd complete`` gives it (:func:`assistd.session.proposer_options`). Raises
+    ``assistd complete`` gives it (:func:`assistd.runtime.session.proposer_options`). Raises
     :class:`InputError` for an unknown name or one that cannot be built that way
     (``draft_model`` needs a draft model)."""
-    from assistd.session import proposer_options
+    from assistd.runtime.session import proposer_options
 
     if name not in available():
         raise InputError(f"unknown proposer {name!r}; known: {', '.join(available())}")
@@ -371,10 +371,10 @@ def replay_report(files: Sequence, *, git_repo=None, git_commits: int = 20,
 
     ``progress(done, total)`` counts model tokens walked over all proposers.
     Raises :class:`InputError` (bad file, format, proposer, cost model file) and
-    :class:`~assistd.errors.ModelError` (the Target cannot be loaded).
+    :class:`~assistd.ground.errors.ModelError` (the Target cannot be loaded).
     """
-    from assistd.replay_inputs import InputReport, git_sessions, transcript_sessions
-    from assistd.session import open_target
+    from assistd.measure.replay_inputs import InputReport, git_sessions, transcript_sessions
+    from assistd.targets.open import open_target
 
     if k < 1:
         raise InputError(f"--k must be at least 1, got {k}")

@@ -31,7 +31,7 @@ formulas on read), and:
   (the history index, a draft model, the library peer's ``logits_all`` score buffer);
 - output match (greedy): the first repeat's tokens against plain's. Where they differ,
   plain decoding is run again with its top-2 logit gap traced: a difference where the
-  gap is under :data:`assistd.verify.NEAR_TIE_GAP` is a rounding near-tie, any other
+  gap is under :data:`assistd.decoding.verify.NEAR_TIE_GAP` is a rounding near-tie, any other
   one ``differs`` (a decoding bug). For a difference, the common prefix is also
   evaluated afresh in one batch and ``batch_argmax`` says whether the Target's argmax
   there is the arm's token: a diagnosis (did batch shape decide it?), never a pass.
@@ -48,11 +48,11 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from assistd.bench_workloads import Case, Workload
-from assistd.engine import generate
-from assistd.errors import InputError
-from assistd.ledger import Ledger, ratio
-from assistd.verify import NEAR_TIE_GAP
+from assistd.measure.bench_workloads import Case, Workload
+from assistd.decoding.engine import generate
+from assistd.ground.errors import InputError
+from assistd.ground.ledger import Ledger, ratio
+from assistd.decoding.verify import NEAR_TIE_GAP
 
 PEER_RULE_K = {"peer:llama-cpp-python-pld": 10, "peer:transformers-pld": 10,
                "peer:suffixdecoding": 16}
@@ -326,7 +326,7 @@ class Bench:
         return sum(len(w.cases) for w in workloads) * self.repeats * len(self.arms)
 
     def _proposers(self, scope_index) -> dict[str, object]:
-        from assistd.session import proposer_options
+        from assistd.runtime.session import proposer_options
         from proposers import make_proposer
 
         out = {}
@@ -340,7 +340,7 @@ class Bench:
         return out
 
     def run_workload(self, w: Workload) -> dict:
-        from assistd.tuner import K_MAX, Tuner, target_key
+        from assistd.decoding.tuner import K_MAX, Tuner, target_key
         from proposers.index import HistoryIndex
 
         scope = f"bench:{w.name}"
@@ -411,7 +411,7 @@ class Bench:
             return tokens, len(tokens), ms, None
         ceiling, k = None, arm.k
         if arm.k == "auto" and proposer is not None:
-            from assistd.tuner import K_MAX
+            from assistd.decoding.tuner import K_MAX
 
             ceiling, k = tuner.policy(arm.proposer, case.language), K_MAX
         g = generate(self.target, case.prompt, proposer, max_tokens=self.max_tokens,
@@ -497,12 +497,12 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
     ``progress(total)`` is called once with the number of generations, and returns a
     ``step(description, n)`` callback. A spec in ``optional`` that cannot be built
     (no transcripts found, say) is left out, with ``on_skip(spec, reason)``. Raises :class:`InputError` (a bad workload,
-    proposer or setting) and :class:`~assistd.errors.ModelError` (a model fails to load).
+    proposer or setting) and :class:`~assistd.ground.errors.ModelError` (a model fails to load).
     """
-    from assistd.bench_workloads import build_workload, parse_spec
-    from assistd.costmodel import CostModel
-    from assistd.session import open_target
-    from assistd.tuner import K_MAX
+    from assistd.measure.bench_workloads import build_workload, parse_spec
+    from assistd.ground.costmodel import CostModel
+    from assistd.targets.open import open_target
+    from assistd.decoding.tuner import K_MAX
 
     if not (k == "auto" or (isinstance(k, int) and k >= 1)):
         raise InputError(f"--k must be 'auto' or a number of tokens >= 1, not {k!r}")
@@ -538,7 +538,7 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         if not workloads:
             raise InputError("no workload could be built; pass --workload NAME=PATH")
         if draft_model is not None:
-            from assistd.errors import ModelError
+            from assistd.ground.errors import ModelError
             from proposers.draft_model import open_draft
 
             try:

@@ -11,7 +11,7 @@ tokens accepted, R rounds and P plain steps:
 
 A ratio whose denominator is zero is ``None``, never an error.
 
-Beyond BRIEF §2 the ledger keeps what the tuner (``assistd.tuner``) needs to predict
+Beyond BRIEF §2 the ledger keeps what the tuner (``assistd.decoding.tuner``) needs to predict
 a round under any draft ceiling: how many steps asked the proposer at all
 (``propose_calls``; a step with ceiling 0 does not), how many rounds were cut by
 their ceiling at each length (``ceiling_stops``, the censored ones), and per draft
@@ -114,7 +114,7 @@ class Ledger:
         self.draft_ms += draft_ms
         self.verify_ms += verify_ms
 
-    # -- aggregation (the persisted, decayed ledger of assistd.tuner) ----------
+    # -- aggregation (the persisted, decayed ledger of assistd.decoding.tuner) ----------
 
     COUNTERS = ("draft_tokens", "accepted_tokens", "rounds", "plain_steps",
                 "committed_tokens", "propose_calls", "draft_ms", "verify_ms")

@@ -17,7 +17,7 @@ tried_i = rounds that verified position i):
     E[ms | k] = Σ_{L<=k} P(len = L | k) (draft_ms(L) + t(L + 1))
 
 where t(n) is the Target's measured forward time over n tokens (the online
-:class:`~assistd.costmodel.CostModel`) and draft_ms(L) the measured propose() time of
+:class:`~assistd.ground.costmodel.CostModel`) and draft_ms(L) the measured propose() time of
 a draft of L tokens. k = 0 (a plain step, no proposer call) has rate 1 / t(1): when
 no k beats it, the tuner turns speculation off for that file type. Rounds cut by
 their ceiling are censored, never counted as the proposer stopping (ceiling_stops).
@@ -46,8 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-from assistd.costmodel import CostModel
-from assistd.ledger import Ledger
+from assistd.ground.costmodel import CostModel
+from assistd.ground.ledger import Ledger
 from storage.ledger_store import HALF_LIFE_S, MAX_COST_SAMPLES, MAX_STEPS
 
 K_MAX = 16
@@ -285,7 +285,7 @@ class Tuner:
         return self.estimate(proposer, language).k
 
     def policy(self, proposer: str, language: str | None) -> Callable[[], int]:
-        """A per-step ceiling for :func:`assistd.engine.generate` (``ceiling=``): the best
+        """A per-step ceiling for :func:`assistd.decoding.engine.generate` (``ceiling=``): the best
         k, and with probability ``explore`` a longer one (2k, at least 2, at most k_max)."""
         best = self.choose(proposer, language)
         longer = min(self.k_max, max(2, 2 * best))

@@ -24,8 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from assistd.config import Config
-from assistd.errors import InputError
+from assistd.serving.config import Config
+from assistd.ground.errors import InputError
 
 log = logging.getLogger("assistd.daemon")
 
@@ -163,7 +163,7 @@ class WatcherThread:
                 "last_batch": self.last_batch, "error": self.error}
 
     def _run(self) -> None:
-        from assistd.session import open_store
+        from assistd.runtime.session import open_store
         from storage.indexer import find_repository_root
         from storage.retention import enforce_budget
         from storage.watcher import HistoryWatcher, default_transcript_locations
@@ -217,8 +217,8 @@ def serve(config: Config) -> None:
     and :class:`ModelError` (the Target) before anything is served."""
     import uvicorn
 
-    from assistd.api import build_app
-    from assistd.service import Service
+    from assistd.serving.api import build_app
+    from assistd.serving.service import Service
 
     tcp = config.tcp_address()
     if tcp is not None and tcp[0] not in LOOPBACK and not config.allow_remote:

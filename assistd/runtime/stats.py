@@ -16,7 +16,7 @@ Formulas (BRIEF §2; D drafted, C accepted, R rounds, P plain steps, S = R + P):
                                                    verified position i)
     A_i = Π_{j<=i} a_j                            (cumulative)
 
-The chosen k and ``speedup_by_k`` are :func:`assistd.tuner.estimate`'s: expected
+The chosen k and ``speedup_by_k`` are :func:`assistd.decoding.tuner.estimate`'s: expected
 committed tokens per ms at ceiling k over plain decoding's (k = 0), on the Target's
 measured cost model t(n). Over all scopes they are exactly what ``assistd complete
 --k auto`` would choose now (:meth:`Tuner.estimate`, shrunk toward all languages of
@@ -36,10 +36,10 @@ import os
 import sys
 from pathlib import Path
 
-from assistd.costmodel import CostModel
-from assistd.errors import InputError
-from assistd.ledger import Ledger
-from assistd.tuner import Tuner, estimate
+from assistd.ground.costmodel import CostModel
+from assistd.ground.errors import InputError
+from assistd.ground.ledger import Ledger
+from assistd.decoding.tuner import Tuner, estimate
 
 PLAIN = "none"  # the proposer name of plain decoding (no drafts)
 TABLE_POSITIONS = 8  # draft positions shown in the terminal (JSON has all)

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistd.errors import InputError
-from assistd.languages import language_id
+from assistd.ground.errors import InputError
+from assistd.ground.languages import language_id
 from storage.ingest import iter_transcript_files
 from storage.transcripts import (
     ASSISTANT, HEAD_BYTES, MODEL_KINDS, TranscriptError, apply_ops, detect_format, open_bytes,

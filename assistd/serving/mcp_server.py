@@ -10,13 +10,13 @@ Tools (names and arguments as the agent sees them):
   draft acceptance rate, mean acceptance length per language and proposer) and the
   users' acceptance of editor suggestions.
 
-Every call first looks for the daemon (``assistd serve``, :func:`assistd.client.find_daemon`;
+Every call first looks for the daemon (``assistd serve``, :func:`assistd.serving.client.find_daemon`;
 a few ms), so a daemon started after this server is used from its next call. Without
 one the work runs in this process: the Target, the history store and the tuner load on
 the first completion (a few seconds) and stay loaded; all in-process work runs on one
 engine thread (SQLite connections and the Target belong to the thread that uses them).
 
-Errors the user can act on (:class:`assistd.errors.AssistdError`: a missing file, a
+Errors the user can act on (:class:`assistd.ground.errors.AssistdError`: a missing file, a
 line past the end, a bad scope) come back as tool errors (``isError``) carrying the
 message; the server keeps running. stdout is the protocol: logs go to stderr.
 """
@@ -34,7 +34,7 @@ from typing import Annotated, Any
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from assistd.errors import AssistdError, InputError
+from assistd.ground.errors import AssistdError, InputError
 
 log = logging.getLogger("assistd.mcp")
 
@@ -109,7 +109,7 @@ def completion_result(out: dict) -> CompletionResult:
         history_scope=hist.get("scope"), history_tokens=int(hist.get("tokens") or 0))
 
 
-# The fields of a stats entry (assistd.stats._entry) worth an agent's context; full=True
+# The fields of a stats entry (assistd.runtime.stats._entry) worth an agent's context; full=True
 # returns all of them (per-position lists, speedup by k, the cost model).
 _STATS_KEYS = ("language", "proposer", "target", "steps", "rounds", "draft_tokens",
                "accepted_tokens", "coverage", "acceptance_rate", "mean_acceptance_length",
@@ -117,7 +117,7 @@ _STATS_KEYS = ("language", "proposer", "target", "steps", "rounds", "draft_token
 
 
 def stats_result(ledger: dict, user_acceptance: dict, *, daemon: bool, full: bool) -> dict:
-    """The ``acceptance_stats`` result from a :func:`assistd.stats.stats_report` report
+    """The ``acceptance_stats`` result from a :func:`assistd.runtime.stats.stats_report` report
     and a :meth:`storage.suggestions.SuggestionStore.summary`.
 
     >>> stats_result({"db": "h.db", "scope": None, "scopes": ["/r"], "entries": [
@@ -155,15 +155,15 @@ class InProcessEngine:
 
     def _open_store(self):
         if self.store is None:
-            from assistd.session import open_store
+            from assistd.runtime.session import open_store
 
             self.store = open_store(self.db)
         return self.store
 
     def _open_target(self):
         if self.target is None:
-            from assistd.session import open_target
-            from assistd.tuner import Tuner, env_seed
+            from assistd.targets.open import open_target
+            from assistd.decoding.tuner import Tuner, env_seed
             from storage.ledger_store import LedgerStore
 
             store = self._open_store()
@@ -173,10 +173,10 @@ class InProcessEngine:
         return self.target
 
     def complete(self, body: dict) -> dict:
-        """:func:`assistd.session.complete_at` with the kept Target, store and tuner;
+        """:func:`assistd.runtime.session.complete_at` with the kept Target, store and tuner;
         ``body`` as for ``POST /v1/assistd/complete``. Returns ``Completion.as_dict()``
         with ``daemon`` false. Raises :class:`AssistdError`."""
-        from assistd.session import complete_at
+        from assistd.runtime.session import complete_at
 
         target = self._open_target()
         result = complete_at(
@@ -192,7 +192,7 @@ class InProcessEngine:
         """``{"ledger": stats_report(...), "user_acceptance": ...}`` from the history
         store (the Target is not loaded for this). Raises :class:`InputError` for a
         scope without data."""
-        from assistd.stats import stats_report
+        from assistd.runtime.stats import stats_report
         from storage.ledger_store import LedgerStore
         from storage.suggestions import SuggestionStore
 
@@ -226,14 +226,14 @@ class Assistant:
         self.engine, self.use_daemon, self.socket = engine, use_daemon, socket
 
     def _daemon(self):
-        from assistd.client import find_daemon
+        from assistd.serving.client import find_daemon
 
         return find_daemon(self.socket) if self.use_daemon else None
 
     async def _via_daemon(self, call):
         """``call(client)`` on the daemon, in a worker thread, or None when no daemon
         answers (before, or by the time the call failed). Raises the daemon's errors."""
-        from assistd.client import DaemonError
+        from assistd.serving.client import DaemonError
 
         client = await anyio.to_thread.run_sync(self._daemon)
         if client is None:
@@ -286,7 +286,7 @@ def _request(prompt_text: str, *, repo: Path | None, language: str, max_tokens: 
 def _file_prompt(path: str, line: int, column: int | None) -> tuple[str, Path | None]:
     """``(text before the cursor, default repository)`` of ``path``. Raises
     :class:`InputError` naming the file (missing, a directory, binary) or the position."""
-    from assistd.session import read_prompt
+    from assistd.runtime.session import read_prompt
 
     if not path or path == "-":
         raise InputError("path must name a file (absolute, or relative to the MCP server's"
@@ -356,7 +356,7 @@ def build_server(assistant: Assistant):
         daemon (whether the running `assistd serve` daemon served it). Errors (missing
         file, line or column past the end) come back as tool errors.
         """
-        from assistd.languages import language_id
+        from assistd.ground.languages import language_id
 
         async def go():
             prompt_text, repo = await anyio.to_thread.run_sync(_file_prompt, path, line, column)

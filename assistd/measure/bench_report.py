@@ -1,6 +1,6 @@
 """``assistd bench`` output: the report dict as a terminal table, Markdown, plots and files.
 
-One job: render the report that :mod:`assistd.bench` measures (what ``assistd bench --json``
+One job: render the report that :mod:`assistd.measure.bench` measures (what ``assistd bench --json``
 prints) without changing it. Sinks: ``rich`` tables (:func:`print_ledger`), GitHub
 Markdown for README's "Performance" section (:func:`ledger_markdown`), two PNG figures
 (:func:`plot_speedup`, :func:`plot_acceptance`) and a folder holding all of them plus the
@@ -30,7 +30,7 @@ import json
 import sys
 from pathlib import Path
 
-from assistd.errors import InputError
+from assistd.ground.errors import InputError
 
 POSITIONS = 4  # conditional acceptances shown in the tables (JSON and plot have all)
 HEADERS = ["arm", "tok/s", "speedup (× plain)", "accept", "mean len (tok/round)", "coverage",

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from assistd.ledger import Ledger
-from assistd.sampling import GREEDY, SamplingParams, target_distribution
+from assistd.ground.ledger import Ledger
+from assistd.ground.sampling import GREEDY, SamplingParams, target_distribution
 from assistd.targets.base import Target
-from assistd.verify import greedy_accept, sample_accept, sample_accept_with_q, top2_gap
+from assistd.decoding.verify import greedy_accept, sample_accept, sample_accept_with_q, top2_gap
 from proposers.base import Proposer
 
 
@@ -113,14 +113,14 @@ def generate(
     proposer (the history scope to draft from, the document's language id).
     ``ceiling``, when given, is called before every step for that step's draft
     ceiling (at most ``k``; 0 = a plain step without asking the proposer): the
-    tuner's choice (:meth:`assistd.tuner.Tuner.policy`). ``stop_at``, when given, is
+    tuner's choice (:meth:`assistd.decoding.tuner.Tuner.policy`). ``stop_at``, when given, is
     called with the completion text after every committed token and returns the index
     where the completion ends (the text is cut there, stop_reason ``"stop"``) or None:
     an editor's end-of-line / end-of-block boundary. ``cancelled`` is polled before
     every step (one Target call): when it returns True the loop ends with stop_reason
     ``"cancelled"``, so a cancelled request costs at most one more round.
     ``between_rounds``, when given, is called before every step too; it may use the
-    Target for other work (a more urgent request, :meth:`assistd.scheduler.Scheduler.preempt`)
+    Target for other work (a more urgent request, :meth:`assistd.serving.scheduler.Scheduler.preempt`)
     and returns True if it did: the KV cache is then restored to the committed tokens
     (prefix reuse, re-evaluating what the other work evicted) before the step, so the
     output is the same as without the interruption. A Target whose batched evaluation

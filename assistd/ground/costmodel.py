@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from assistd.errors import InputError
+from assistd.ground.errors import InputError
 
 # BRIEF §5: SmolLM2-135M Q4_1 on llama.cpp, 2 CPU cores, median ms per forward over n tokens.
 BRIEF_CPU_POINTS = {1: 11.0, 2: 19.0, 4: 26.0, 8: 43.0, 16: 75.0, 32: 142.0}

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from assistd.sampling import TokenDistribution
+from assistd.ground.sampling import TokenDistribution
 
 # The one near-tie bound, for the tests and `assistd bench` alike: greedy speculative
 # output may first differ from plain decoding only where plain decoding's top-2 logit

@@ -1,0 +1,2 @@
+"""The measuring tools: ``assistd bench`` and ``assistd replay``, their workloads and
+reports."""

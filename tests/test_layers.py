@@ -1,0 +1,130 @@
+"""The floors of the house, enforced: every import goes down, and no import cycles.
+
+One sentence (docs/design.md says it at length): ground <- targets <- storage, proposers
+<- decoding <- runtime <- serving, measure <- editors <- the CLI. A module imports its
+own room and the floors below it, never a room beside it or above it. Imports inside
+functions count too: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("assistd", "storage", "proposers", "editors")
+
+# room -> floor; rooms on one floor do not import each other.
+FLOORS = {
+    "ground": 0, "targets": 1, "storage": 2, "proposers": 2, "decoding": 3, "runtime": 4,
+    "serving": 5, "measure": 5, "editors": 6, "roof": 7,
+}
+
+
+def room(module: str) -> str:
+    top, _, rest = module.partition(".")
+    if top != "assistd":
+        return top
+    sub = rest.partition(".")[0]
+    if sub in ("cli", "__main__"):
+        return "roof"
+    if sub == "":
+        return "ground"  # assistd/__init__.py: the version only
+    return sub
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for pkg in PACKAGES:
+        for path in (REPO / pkg).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """Project modules that ``path`` imports, anywhere in the file."""
+    out = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from pkg import sub` names a submodule when one exists, else a name of pkg.
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports_of(path, name, set(mods)) for name, path in mods.items()}
+
+
+def test_room_names_cover_every_module():
+    """A new folder under assistd/ must be given a floor here, not slip through."""
+    assert {room(m) for m in modules()} <= set(FLOORS)
+
+
+def test_every_import_goes_down_or_stays_in_its_room():
+    bad = []
+    for mod, deps in graph().items():
+        for dep in deps:
+            a, b = room(mod), room(dep)
+            if a != b and FLOORS[b] >= FLOORS[a]:
+                bad.append(f"{mod} ({a}) imports {dep} ({b})")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    """Tarjan's strongly connected components over the module graph: all of size one."""
+    g = graph()
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in g:
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
+
+
+def test_the_rule_catches_a_violation(tmp_path):
+    """The walker sees a lazy upward import (a test that cannot fail is a defect)."""
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from assistd.runtime.session import complete_at\n")
+    deps = imports_of(f, "storage.m", {"assistd.runtime.session", "assistd.runtime", "storage.m"})
+    assert deps == {"assistd.runtime.session"}
+    assert FLOORS[room("assistd.runtime.session")] > FLOORS[room("storage.m")]
