@@ -15,6 +15,7 @@ import click
 
 from assistd import __version__
 from assistd.ground.errors import AssistdError, InputError
+from assistd.ground.options import parse_k
 
 
 class _Group(click.Group):
@@ -32,19 +33,15 @@ class _Group(click.Group):
 
 
 class _KChoice(click.ParamType):
-    """--k: 'auto' or a whole number of tokens in 0..64."""
+    """--k: 'auto' or a whole number of tokens in 0..64 (:func:`parse_k`)."""
 
     name = "auto|0-64"
 
     def convert(self, value, param, ctx):
-        if value == "auto" or isinstance(value, int):
-            return value
-        if not (isinstance(value, str) and value.isascii() and value.isdigit()):
-            self.fail(f"{value!r} is not 'auto' or a number of tokens", param, ctx)
-        n = int(value)
-        if not 0 <= n <= 64:
-            self.fail(f"{n} is not in the range 0<=x<=64 (or 'auto')", param, ctx)
-        return n
+        try:
+            return parse_k(value, what="--k")
+        except InputError as e:
+            self.fail(str(e), param, ctx)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -169,7 +166,7 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
         assistd index . --watch
     """
     from assistd.targets.open import open_target
-    from assistd.runtime.session import open_store
+    from assistd.runtime.runtime import open_store
     from storage.indexer import find_repository_root
     from storage.retention import DEFAULT_MAX_BYTES, enforce_budget
     from storage.watcher import HistoryWatcher, default_transcript_locations
@@ -256,7 +253,7 @@ def history():
 
 
 def _history_store(db):
-    from assistd.runtime.session import open_store
+    from assistd.runtime.runtime import open_store
 
     return open_store(db)
 
@@ -549,9 +546,10 @@ def _print_completion(out: dict, as_json: bool) -> None:
 @click.option("--k", "k", type=click.IntRange(1, 64), default=16, show_default=True,
               help="Draft length ceiling per round.")
 @click.option("--cost-model", default="calibrate", show_default=True,
-              metavar="brief|calibrate|FILE",
-              help="The Target's forward time t(n): BRIEF §5's CPU figures, measured on the"
-                   " Target now (~2 s), or a JSON file {\"points\": {\"1\": 11.0, ...}}.")
+              metavar="reference|calibrate|FILE",
+              help="The Target's forward time t(n): the reference 2-core CPU's figures"
+                   " (docs/design.md; 'brief' is the old name), measured on the Target now"
+                   " (~2 s), or a JSON file {\"points\": {\"1\": 11.0, ...}}.")
 @click.option("--model", type=click.Path(path_type=Path), default=None,
               help="GGUF file of the Target: its tokenizer, and its speed with --cost-model"
                    " calibrate. [default: the embedded SmolLM2-135M-Instruct Q4_1]")
@@ -573,7 +571,7 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, model, as_jso
 
     \b
     Examples:
-        assistd replay ~/.claude/projects/myproj/*.jsonl --cost-model brief
+        assistd replay ~/.claude/projects/myproj/*.jsonl --cost-model reference
         assistd replay run.traj --proposer suffix --proposer peer:llama-cpp-python-pld --json
         assistd replay --git . --git-commits 50 --k 8
     """
@@ -813,7 +811,7 @@ def stats(scope, as_json, plot, db):
         assistd stats --scope ~/src/myproj --json
         assistd stats --plot tuner.png
     """
-    from assistd.runtime.session import open_store
+    from assistd.runtime.runtime import open_store
     from assistd.runtime.stats import plot_stats, print_stats, stats_report
     from storage.ledger_store import LedgerStore
 
@@ -849,6 +847,10 @@ def stats(scope, as_json, plot, db):
 @click.option("--k", default=None, help="Default draft ceiling: auto or 0-64.")
 @click.option("--numerics", type=click.Choice(["exact", "fast"]), default=None,
               help="llama backend: exact (batch-invariant kernels; the default) or fast.")
+@click.option("--sequences", default=None, metavar="auto|N",
+              help="KV sequences kept warm (each of n_ctx tokens), so an editor, each agent"
+                   " and the shell keep their prompts: auto (as many as fit 512 MiB of KV,"
+                   " at most 4) or a number.")
 @click.option("--log-file", default=None, help="Structured (JSON lines) log file.")
 @click.option("--log-level", default=None, type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--print-config", is_flag=True,
@@ -880,8 +882,9 @@ def serve(config_file, print_config, **flags):
             click.echo(f"token_path = {json.dumps(str(config.token_path()))}")
         return
     from assistd.serving.daemon import serve as run
+    from editors.completer import host
 
-    run(config)
+    run(config, lsp_host=host)  # the roof composes: the daemon hosts editors' sessions
 
 
 @cli.command()
@@ -917,6 +920,15 @@ def status(as_json):
     w = st.get("watcher") or {}
     click.echo(f"watcher: {w.get('state', 'n/a')}, {w.get('batches', 0)} batches"
                + (f"; error: {w['error']}" if w.get("error") else ""))
+    seqs = st.get("sequences")
+    if seqs:
+        mib = 2**20
+        click.echo(f"KV sequences: {seqs['n_seq']} ({seqs['kv_bytes_reserved'] / mib:.0f} MiB"
+                   f" reserved), evictions {seqs['evictions']}")
+        for s in seqs["slots"]:
+            if s["owner"] is not None:
+                click.echo(f"  seq {s['seq']}: {s['owner']}, {s['tokens']} tokens,"
+                           f" {s['kv_bytes'] / mib:.1f} MiB, idle {s['idle_s']:.0f} s")
 
 
 @cli.command()

@@ -1,5 +1,5 @@
 """Plain vs speculative decoding on copy-heavy prompts, against llama-cpp-python's own
-prompt-lookup decoding (the in-stack peer, BRIEF §5), in one run.
+prompt-lookup decoding (the in-stack peer), in one run.
 
     .venv/bin/python benchmarks/copy_heavy.py [--max-tokens 128] [--repeats 3]
 
@@ -7,7 +7,7 @@ Every variant is greedy on the same Target (the embedded SmolLM2-135M Q4_1) and 
 same prompts. Reported: end-to-end ms (prefill + decode, median over repeats) and
 our decode-only tokens/s, each with its ratio to plain decoding in the same run.
 "vs plain" is "=" when the tokens equal plain greedy's, else "@i", the first
-differing token (a batched-numerics near-tie, BRIEF §3; the tests check the gap).
+differing token (a batched-numerics near-tie, docs/design.md, 'Exactness'; the tests check the gap).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ tokens, decode ms (total_ms - prefill_ms), tokens/s = committed / decode s, spee
 tokens/s(arm) / tokens/s(none); the wall clock (HTTP and queue included) beside it; draft
 acceptance rate C / D, mean acceptance length 1 + C / R, coverage R / (R + plain steps);
 prefix-cache reuse apart. Greedy speculation equals plain greedy only up to
-floating-point near-ties (BRIEF section 3): differing texts are counted, never fatal, and
+floating-point near-ties (docs/design.md, 'Exactness'): differing texts are counted, never fatal, and
 each is decoded again here plainly, one token at a time, for the Target's top-2 logit gap
 at the first differing token (``--no-gap-check`` skips it).
 
@@ -239,7 +239,7 @@ def longest_common(out: str, hay: str) -> str:
 
 
 def totals(runs: list[dict]) -> dict:
-    """Sums of the ledgers' raw counters; rates computed here (BRIEF section 2)."""
+    """Sums of the ledgers' raw counters; rates computed here (docs/design.md, 'Vocabulary')."""
     keys = ("committed_tokens", "draft_tokens", "accepted_tokens", "rounds", "plain_steps",
             "prompt_tokens_reused", "prompt_tokens_evaluated")
     t = {k: sum(r["ledger"][k] for r in runs) for k in keys}
@@ -269,8 +269,8 @@ def first_diff(a: str, b: str) -> int | None:
 def near_ties(calls: list[dict], results: list[dict], n_ctx: int, max_tokens: int) -> None:
     """For every call whose texts differ from plain decoding's: decode it again here,
     plainly, one token at a time, from a fresh prefill, and read the Target's top-2 logit
-    gap at the first differing token (BRIEF section 3: a divergence is a near-tie when
-    that gap is small, e.g. < 0.1). The gap is only read where this local plain decode
+    gap at the first differing token (docs/design.md, 'Exactness': a divergence is a near-tie
+    when that gap is small, e.g. < 0.1). The gap is only read where this local plain decode
     still agrees with the daemon's ``none`` text; where it does not (plain decoding
     itself differs: the daemon's prompt KV was computed in other batches, by earlier
     requests sharing the prefix), the gap at that earlier difference is noted instead.

@@ -31,8 +31,8 @@ server up (model load, t(n) calibration, indexing, first prefill); its time is a
 
 Time: keystrokes x interval + pauses + ~10 s start and warm-up: ~2.5 minutes per config
 for the default 30 lines (901 keystrokes, 46 bursts). The CPU must be idle: beside a
-test suite the server's llama.cpp forwards averaged ~380 ms (11-75 ms idle, BRIEF
-section 5) and nearly every burst timed out; a CPU over 10% busy is warned about.
+test suite the server's llama.cpp forwards averaged ~380 ms (11-75 ms idle, docs/design.md,
+'Reference measurements') and nearly every burst timed out; a CPU over 10% busy is warned about.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ written to a real SQLite history file as documents.
    arrays). Goal: <= 3 s per 10 M tokens.
 2. Memory: the index's arrays (``nbytes``) and the process RSS growth, per history
    token. Goal: <= 16 bytes per token.
-3. propose() latency of ``suffix`` (history + live context, cost model of BRIEF §5)
+3. propose() latency of ``suffix`` (history + live context, the reference CPU's cost model)
    and ``ngram`` over ``--calls`` decode steps: walks of 32 steps (each committing 1-3
    of the file's next tokens) from random cursors in files of the history
    ("in-history": long matches) and in this project's own sources, which are not in

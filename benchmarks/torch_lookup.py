@@ -10,7 +10,7 @@ Every variant is greedy on the embedded SmolLM2-135M Q4_1 GGUF loaded by
 ms (prefill + decode, median over repeats), new tokens per end-to-end second, its
 ratio to our plain decoding and to transformers' prompt lookup, our acceptance
 statistics, and "vs plain": "=" when the tokens equal our plain greedy's, else "@i",
-the first differing token (a batched-numerics near-tie, BRIEF §3).
+the first differing token (a batched-numerics near-tie, docs/design.md, 'Exactness').
 """
 
 from __future__ import annotations

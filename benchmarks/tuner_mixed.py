@@ -17,7 +17,7 @@ from its history, verify, record the ledger into the tuner):
   global fixed k; auto >= 0.95x plain for every type whose warm-up reached
   ``--warmup-rounds`` rounds (judged only there, and the rounds are printed);
 - greedy output of every speculative config against plain, token by token: a
-  difference is counted (a batched-numerics near-tie, BRIEF §3), never a failure.
+  difference is counted (a batched-numerics near-tie, docs/design.md, 'Exactness'), never a failure.
 
 Workload (real text on this machine, no network), one temporary directory per type as
 the history scope (files are copied there; nothing is written into the repository):
@@ -65,7 +65,7 @@ rounds of that type; or, where the tuner has turned speculation off for the type
 chooses k=0, so rounds come only from exploration), as many decode steps; or
 ``--warmup-max-prompts`` prompts. The rounds and steps observed are printed per type.
 Warm-up completions are ``--warmup-max-tokens`` (128) long, longer than the measured
-ones: prefilling a 1,024-token prompt costs ~4.5 s here (BRIEF §5, ~230 tokens/s) against
+ones: prefilling a 1,024-token prompt costs ~4.5 s here (prefill at ~230 tokens/s) against
 ~0.5 s for 56 new tokens, so longer completions buy the tuner its rounds at a third of
 the time (its counters are per step; pass ``--warmup-max-tokens 56`` to warm up on
 completions exactly like the measured ones).
@@ -102,6 +102,7 @@ sys.path.insert(0, str(ROOT))
 from assistd.ground.costmodel import BRIEF_CPU_POINTS, CostModel  # noqa: E402
 from assistd.measure.replay_inputs import InputReport, transcript_sessions  # noqa: E402
 from assistd.targets.open import open_target  # noqa: E402
+from assistd.runtime.runtime import Runtime  # noqa: E402
 from assistd.runtime.session import complete_at  # noqa: E402
 from assistd.decoding.tuner import Tuner, target_key  # noqa: E402
 from storage.indexer import find_repository_root  # noqa: E402
@@ -364,14 +365,16 @@ def first_divergence(a, b) -> int | None:
 class Bench:
     def __init__(self, target, store, tuners, max_tokens: int):
         self.target, self.store, self.tuners, self.max_tokens = target, store, tuners, max_tokens
+        self.runtimes = {}
 
     def run(self, w: Workload, p: Prompt, config: str, max_tokens: int | None = None):
         if w.transcripts is not None:
             w.transcripts.sync(p.session, p.turn)
+        if config not in self.runtimes:  # one runtime per config: its own tuner and ledger
+            self.runtimes[config] = Runtime(self.target, self.store, tuner=self.tuners[config])
         return complete_at(p.text, repo=w.scope_dir, proposer=PROPOSER, k=k_of(config),
-                           max_tokens=max_tokens or self.max_tokens, target=self.target,
-                           store=self.store, tuner=self.tuners[config],
-                           language=LANGUAGE[w.kind])
+                           max_tokens=max_tokens or self.max_tokens,
+                           runtime=self.runtimes[config], language=LANGUAGE[w.kind])
 
 
 def make_tuner(work: Path, name: str, key: str, cost: CostModel, seed: int) -> Tuner:
@@ -549,7 +552,7 @@ def print_report(console: Console, summary: dict, rounds_goal: int) -> None:
                 end_section=(c == CONFIGS[-1] and n < len(sections) - 1))
     console.print(table)
     console.print("* best fixed k of the row group; 'differs from plain': generations whose"
-                  " greedy tokens differ (near-ties of batched numerics, BRIEF §3; counted,"
+                  " greedy tokens differ (near-ties of batched numerics, docs/design.md "Exactness"; counted,"
                   " not failed)")
     for goal, ok in summary["goals"].items():
         flag = "PASS" if ok is True else "FAIL" if ok is False else "n/a "
@@ -606,7 +609,7 @@ def main():
     log(f"Target {key}; calibrated t(n) in {time.perf_counter() - t0:.1f} s: "
         + ", ".join(f"t({n})={ms:.1f}" for n, ms in sorted(cost.points.items())) + " ms")
     if cost.t_ms(1) > 3 * BRIEF_CPU_POINTS[1] and str(target.device).startswith("cpu"):
-        log(f"warning: t(1) = {cost.t_ms(1):.0f} ms, BRIEF §5 measured ~{BRIEF_CPU_POINTS[1]:.0f}"
+        log(f"warning: t(1) = {cost.t_ms(1):.0f} ms, the reference CPU measured ~{BRIEF_CPU_POINTS[1]:.0f}"
             " ms on 2 idle cores: the CPU is busy (llama.cpp threads wait on each other when"
             " other work holds a core); tokens/s will be noisy. Run on an idle machine, or"
             " pass --threads 1")

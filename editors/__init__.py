@@ -1,2 +1,2 @@
-"""Editor front ends. The LSP server (pygls) arrives with the `lsp` issue; it will be a thin
-layer over :func:`assistd.runtime.session.complete_at`, like the CLI."""
+"""Editor front ends: the LSP server (pygls, ``assistd lsp``), its completer, prompt and
+suggestion rules, positions and settings, and the completer that runs on the daemon."""

@@ -1,11 +1,12 @@
-"""The editor's side of the engine: one Target, history, tuner and open buffers, kept
-warm across requests, and the prompt/boundary rules of an inline suggestion.
+"""The editor's side of a completion: open buffers, the prompt window, type-through and
+the boundary rules of an inline suggestion, over one
+:class:`~assistd.runtime.runtime.Runtime` (the engine path: history -> proposer ->
+Target -> verification -> ledger).
 
-Every method runs on one worker thread (:class:`editors.server.Worker`): the Target,
-its KV cache, the SQLite connection and the history index are not thread-safe, and
-a single thread also serialises requests on the single Target. The path is the one
-engine path: history -> proposer -> Target -> verification -> ledger
-(:func:`assistd.decoding.engine.generate`), with the tuner's ceiling per language.
+Every method runs on one thread at a time: the LSP server's worker thread
+(``editors.server``), or the daemon's scheduler thread when the daemon hosts the
+session (:func:`host`). The Target, its KV cache, the SQLite connection and the
+history index are not thread-safe.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistd.decoding.engine import generate
+from assistd.ground.errors import InputError
 from assistd.ground.ledger import Ledger
+from assistd.runtime.runtime import Runtime
 from editors import prompting
 from editors.settings import Settings
 from storage.suggestions import Served
@@ -29,7 +31,6 @@ log = logging.getLogger("assistd.lsp")
 
 MAX_BUFFER_CHARS = 1_000_000  # an open buffer larger than this is not drafted from
 PENDING_SUGGESTIONS = 256  # suggestions remembered for telemetry (most recent)
-BUFFER_ID_BASE = -1  # open buffers get negative ids: store documents are positive
 BUFFER_REFRESH_S = 1.0  # the document being typed in is re-tokenized at most this often
 
 
@@ -143,25 +144,32 @@ def uri_path(uri: str) -> Path | None:
 
 
 class Completer:
-    """Long-lived engine state for the LSP server. Opened lazily; raises
+    """Long-lived editor state over a :class:`Runtime`, opened lazily; raises
     :class:`assistd.ground.errors.AssistdError` (model missing, bad database) from the
-    first call that needs the part that fails."""
+    first call that needs the part that fails.
 
-    def __init__(self, settings: Settings | None = None, shared=None):
+    ``shared``: the daemon's Runtime, which serves every editor session (the settings'
+    model, backend and db are then the daemon's); None: this Completer opens its own.
+    """
+
+    def __init__(self, settings: Settings | None = None, shared: Runtime | None = None):
         self.settings = settings or Settings()
-        # The daemon's :class:`assistd.serving.service.Service`: its Target, store, tuner and
-        # index serve every editor session (settings' model/backend/db are its own).
         self.shared = shared
+        self.runtime: Runtime | None = shared
+        self.owner = "lsp"  # labels this session's KV sequence in the daemon's status
         self.counters = Counters()
-        self.target = self.store = self.tuner = self.index = self.suggestions = None
-        self._scopes: dict[str, bool] = {}  # scope root -> indexed (history usable)
-        self._used: dict[str, float] = {}  # scope -> when mark_used last wrote
         # uri -> (doc id, scope, sha1 of the text, monotonic time it was tokenized)
         self._buffers: dict[str, tuple[int, str, str, float]] = {}
-        self._next_buffer_id = BUFFER_ID_BASE
         self._windows: dict[str, int] = {}  # uri -> prompt window start (chars of prefix)
         self._last: dict[str, _Last] = {}
         self._pending: OrderedDict[str, Served] = OrderedDict()
+
+    # The runtime's parts (None before the first request opens them).
+    target = property(lambda self: self.runtime and self.runtime.target)
+    store = property(lambda self: self.runtime and self.runtime.store)
+    tuner = property(lambda self: self.runtime and self.runtime.tuner)
+    index = property(lambda self: self.runtime and self.runtime.index)
+    suggestions = property(lambda self: self.runtime and self.runtime.suggestions)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -173,85 +181,47 @@ class Completer:
         self._last.clear()
 
     def open(self) -> None:
-        """Open the store, the Target and the tuner (calibrating t(n) once per Target)."""
-        from assistd.targets.open import open_target
-        from assistd.runtime.session import open_store
-        from assistd.decoding.tuner import Tuner, env_seed
-        from proposers.index import HistoryIndex
-        from storage.ledger_store import LedgerStore
-        from storage.suggestions import SuggestionStore
-
-        s = self.settings
-        if self.shared is not None:
-            sh = self.shared
-            self.store, self.target, self.tuner = sh.store, sh.target, sh.tuner
-            self.index, self.suggestions = sh.index, sh.suggestions
-            return
-        if self.store is None:
-            self.store = open_store(Path(s.db) if s.db else None)
-            self.suggestions = SuggestionStore(self.store)
-        if self.target is None:
-            self.target = open_target(Path(s.model) if s.model else None, backend=s.backend,
-                                      n_ctx=s.n_ctx)
-            self.tuner = None
-        if self.tuner is None:
-            self.tuner = Tuner.open(LedgerStore(self.store), self.target, seed=env_seed())
-            self.index = HistoryIndex(width=2 if self.target.n_vocab < 65535 else 4)
-            self._scopes.clear()
+        """Open the runtime: the store, the Target and the tuner (calibrating t(n) once
+        per Target)."""
+        if self.runtime is None:
+            s = self.settings
+            self.runtime = Runtime.open(Path(s.model) if s.model else None,
+                                        db=Path(s.db) if s.db else None, n_ctx=s.n_ctx,
+                                        target_options={"backend": s.backend})
             self._buffers.clear()
 
     def close(self) -> None:
-        if self.shared is not None:  # the parts are the daemon's: drop this session's share
-            for uri in list(self._buffers):
-                self.drop_buffer(uri)
-            self._windows.clear()
-            self._last.clear()
+        """Drop this session's buffers and per-document state; close the runtime when it
+        is this Completer's own (the daemon's stays open for the other sessions)."""
+        for uri in list(self._buffers):
+            self.drop_buffer(uri)
+        self._windows.clear()
+        self._last.clear()
+        if self.shared is not None:
             self._pending.clear()
             return
-        if self.target is not None:
-            self.target.close()
-        if self.store is not None:
-            self.store.close()
-        self.target = self.store = self.tuner = self.index = self.suggestions = None
-        self._scopes.clear()
+        if self.runtime is not None:
+            self.runtime.close()
+        self.runtime = None
         self._buffers.clear()
 
     # -- history: repositories and open buffers --------------------------------
 
     def scope_of(self, uri: str) -> str | None:
-        """The history scope of a document: its git root, indexed on first use. A file
-        outside git drafts only from a directory ``assistd index`` took before."""
-        from storage.indexer import find_repository_root, index_repository, is_repository
-
+        """The history scope of a document (:meth:`Runtime.resolve_scope`): its git root,
+        indexed on first use. A file outside git drafts only from a directory
+        ``assistd index`` took before."""
         path = uri_path(uri)
         if path is None:
             return None
-        root = find_repository_root(path.parent)
-        scope = str(root)
-        if scope not in self._scopes:
-            usable = is_repository(root) or self.store.has_scope(scope)
-            if usable:
-                recursive = is_repository(root) or self.store.scope_recursive(scope)
-                index_repository(self.store, root, self.target.tokenize,
-                                 self.target.fingerprint, recursive=recursive)
-            self._scopes[scope] = usable
-        if not self._scopes[scope]:
-            return None
-        if time.monotonic() - self._used.get(scope, -1e9) > 60:
-            self.store.mark_used(scope)  # eviction order; a write, so not every keystroke
-            self._used[scope] = time.monotonic()
-        self.index.ensure(self.store, scope, self.target.fingerprint)
-        return scope
+        return self.runtime.resolve_scope(path.parent).root
 
     def reindex(self, uri: str) -> None:
         """After a save: bring the document's repository up to date in the history."""
         path = uri_path(uri)
-        if self.target is None or path is None:
+        if self.runtime is None or path is None:
             return
-        from storage.indexer import find_repository_root
-
-        self._scopes.pop(str(find_repository_root(path.parent)), None)
-        self.scope_of(uri)
+        self.runtime.resolve_scope(path.parent, refresh=True)
 
     def drop_buffer(self, uri: str) -> None:
         """A closed document leaves the live history and every per-document cache."""
@@ -283,10 +253,7 @@ class Completer:
             self._buffers[uri] = (doc_id, scope, sha, time.monotonic())
 
     def _new_buffer_id(self) -> int:
-        if self.shared is not None:
-            return self.shared.new_buffer_id()
-        self._next_buffer_id -= 1
-        return self._next_buffer_id
+        return self.runtime.new_buffer_id()
 
     # -- completion ------------------------------------------------------------
 
@@ -310,26 +277,12 @@ class Completer:
         if scope is not None:
             self._sync_buffers(scope, {**req.buffers, req.uri: req.text}, req.uri)
         ids = self._prompt_ids(req.uri, ctx)
-        proposer, ceiling, k = None, None, 0
-        name = s.proposer if s.k != 0 else "none"
-        if name != "none":
-            from assistd.runtime.session import proposer_options
-            from assistd.decoding.tuner import K_MAX
-            from proposers import make_proposer
-
-            options = proposer_options(name, self.index if scope else None,
-                                       self.tuner.cost_model(), self.target)
-            proposer = make_proposer(name, **options)
-            if s.k == "auto":
-                k, ceiling = K_MAX, self.tuner.policy(name, req.language)
-            else:
-                k = int(s.k)
+        plan = self.runtime.plan(s.proposer, s.k, req.language, history=scope is not None)
+        name = plan.proposer
         stop = _with_budget(prompting.stop_at(ctx), s.max_latency_ms, t0)
-        gen = generate(self.target, ids, proposer, max_tokens=s.max_tokens, k=k,
-                       scope=scope, language=req.language, ceiling=ceiling,
-                       stop_at=stop, cancelled=req.cancel.is_set)
+        gen = self.runtime.run(ids, plan, scope=scope, max_tokens=s.max_tokens,
+                               stop_at=stop, cancelled=req.cancel.is_set, owner=self.owner)
         self.counters.budget_cuts += int(getattr(stop, "budget_hit", False))
-        self.tuner.record(scope, req.language, name, gen.ledger)
         c = self.counters
         c.generations += 1
         c.tokens_generated += len(gen.tokens)
@@ -373,7 +326,7 @@ class Completer:
 
         The window of the prefix starts at a remembered line start per document, moved
         forward by half the budget only when the prefix outgrows it: typing then only
-        appends tokens, so the Target reuses its KV cache (BRIEF §8) instead of
+        appends tokens, so the Target reuses its KV cache (docs/design.md, "Editors") instead of
         re-evaluating a shifted window on every keystroke.
         """
         t, s = self.target, self.settings
@@ -430,19 +383,43 @@ class Completer:
 
     def stats(self) -> dict:
         """The tuner's report (``assistd stats``), user acceptance, and server counters."""
-        from assistd.stats import stats_report
-        from storage.ledger_store import LedgerStore
-
         self.open()
-        return {"ledger": stats_report(LedgerStore(self.store)),
-                "user_acceptance": self.suggestions.summary(),
-                "server": {**self.counters.as_dict(), **self.state()}}
+        return {**self.runtime.stats(), "server": {**self.counters.as_dict(), **self.state()}}
 
     def state(self) -> dict:
         """Sizes of the per-document state (bounded: closing a document empties its share)."""
         return {"buffers_indexed": len(self._buffers), "prompt_windows": len(self._windows),
                 "type_through_entries": len(self._last), "pending_suggestions": len(self._pending),
                 "history_tokens": self.index.tokens() if self.index is not None else 0}
+
+    # -- the daemon's protocol ---------------------------------------------------
+
+    def op(self, op: str, args: dict):
+        """One operation from a remote LSP server (:mod:`editors.remote`), JSON in and out.
+        Raises :class:`InputError` for an unknown ``op``."""
+        from editors.settings import parse_settings
+
+        if op == "configure":
+            settings, _ = parse_settings(args.get("settings") or {})
+            self.configure(settings)
+            return None
+        if op == "complete":
+            req = Request(uri=args["uri"], text=args["text"], offset=int(args["offset"]),
+                          language=args.get("language") or "plaintext",
+                          buffers=args.get("buffers") or {})
+            cancel = args.get("_cancel")
+            if cancel is not None:
+                req.cancel = cancel
+            return self.complete(req).as_dict()
+        if op == "reindex":
+            return self.reindex(args["uri"])
+        if op == "drop_buffer":
+            return self.drop_buffer(args["uri"])
+        if op == "event":
+            return self.event(args["id"], args["event"], int(args.get("accepted_chars", 0)))
+        if op == "stats":
+            return self.stats()
+        raise InputError(f"unknown LSP operation {op!r}")
 
     @staticmethod
     def _rel(uri: str, scope: str | None) -> str:
@@ -453,3 +430,14 @@ class Completer:
             return path.relative_to(scope).as_posix()
         except ValueError:
             return path.as_posix()
+
+
+# -- the daemon's host for editor sessions -------------------------------------------
+
+def host(service, session: str) -> Completer:
+    """Editor session ``session`` hosted by the daemon (``assistd serve``): a Completer
+    over the daemon's runtime. The CLI registers this with the serving layer, which
+    calls :meth:`Completer.op` for each operation a remote LSP server sends."""
+    c = Completer(shared=service.runtime)
+    c.owner = f"lsp:{session}"
+    return c

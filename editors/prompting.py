@@ -1,7 +1,8 @@
 """Document + cursor -> what the engine needs; raw Target output -> the suggestion to show.
 
 The model always sees LF text; :func:`postprocess` puts the document's line endings back
-(BRIEF §8). Offsets are ``str`` indices (code points): LSP positions are the server's job.
+(docs/design.md, 'Editors'). Offsets are ``str`` indices (code points): LSP positions
+are the server's job.
 The heuristics follow what editor completion clients do:
 
 * single-line vs multi-line: Copilot asks the model to stop at ``"\\n"`` for a single-line

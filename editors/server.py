@@ -5,7 +5,7 @@ protocol and the documents (pygls applies incremental changes), one worker threa
 owns the engine. A request snapshots the document and queues a job; the loop keeps
 answering ``didChange`` while the worker generates.
 
-Cancellation and supersession (BRIEF §8): ``$/cancelRequest`` cancels the handler's
+Cancellation and supersession (docs/design.md, "Editors"): ``$/cancelRequest`` cancels the handler's
 task, which sets the job's cancel flag; the engine checks it before every round.
 A newer completion request for the same document sets the older one's flag: the
 older gets an empty answer, so every request id gets exactly one response.

@@ -8,12 +8,12 @@ with ``window/showMessage``: a typo in an editor's settings never stops completi
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from assistd.decoding.tuner import K_MAX
+from assistd.ground.errors import InputError
+from assistd.ground.options import K_LIMIT, parse_k
 from assistd.targets.open import BACKENDS
 
 PROPOSERS = ("suffix", "ngram", "none")
@@ -90,11 +90,10 @@ def _check(name: str, value: Any) -> Any:
             raise ValueError(", ".join(map(repr, PROPOSERS)))
         return value
     if name == "k":
-        if value == "auto":
-            return value
-        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,2}", value):
-            value = int(value)
-        return integer(0, K_MAX * 4)
+        try:
+            return parse_k(value)
+        except InputError:
+            raise ValueError(f"'auto' or a number of tokens 0..{K_LIMIT}") from None
     if name == "n_ctx":
         return integer(128, 1 << 20)
     if name == "max_tokens":

@@ -24,7 +24,7 @@ class Draft:
     probs:     float ``[k]`` estimated probability that each token is accepted given
                the ones before it were (so ``cumprod(probs)`` estimates the
                cumulative acceptance A_i), or None when the proposer has no estimate.
-               Never used as q in sampling (BRIEF §3).
+               Never used as q in sampling (docs/design.md, 'Exactness').
     source:    where the continuation came from: ``"context"`` (the live request),
                ``"history"`` (the scope's persistent history) or ``"model"`` (a draft model).
     match_len: tokens of context suffix that matched at the source (0 if not a lookup).

@@ -1,4 +1,4 @@
-"""draft_model: a small LM of the Target's tokenizer drafts the next tokens (BRIEF §4).
+"""draft_model: a small LM of the Target's tokenizer drafts the next tokens.
 
 The draft is a second, independent :class:`~assistd.targets.base.Target` (its own
 llama.cpp context or torch model, its own KV cache); the Target's cache is never
@@ -13,7 +13,7 @@ round costs the draft about k one-token forwards.
 
 Greedy drafting (``temperature=0``, the default) proposes the draft's argmax and
 returns no ``q_rows``: in speculative sampling such a draft is a point mass
-q = δ_d (BRIEF §3), since the draft's softmax is not the distribution the token was
+q = δ_d (docs/design.md, 'Exactness'), since the draft's softmax is not the distribution the token was
 drawn from. With ``temperature > 0`` the draft samples each token from its own
 softmax(logits / T) and returns those rows as ``q_rows``, and verification uses
 the min(1, p/q) rule; set T to the Target's sampling temperature for the best
@@ -142,7 +142,7 @@ class DraftModelProposer(Proposer):
                  and return those rows as ``q_rows``.
     seed:        seed of the drafting random generator (temperature > 0).
 
-    Counters (raw, BRIEF §2 style): ``calls``, ``drafts``, ``draft_tokens``,
+    Counters (raw, as the ledger keeps them): ``calls``, ``drafts``, ``draft_tokens``,
     ``forward_tokens`` (tokens the draft evaluated, prefill included) and
     ``reused_tokens`` (context tokens whose draft KV was kept from the last call).
     ``memory_bytes``: the draft's model file plus its KV cache estimate, for the ledger.

@@ -79,7 +79,7 @@ class NgramProposer(Proposer):
     policy: which occurrence to follow among the longest matches: ``"frequent"``
         (default: the most frequent continuation, token by token), ``"recent"`` or
         ``"earliest"``. Measured by ``assistd replay`` on the shared transcripts (alpha
-        0.5, BRIEF §5 costs): frequent 1.069x, recent 1.067x, earliest 1.052x modeled
+        0.5, reference CPU costs): frequent 1.069x, recent 1.067x, earliest 1.052x modeled
         speedup (t(L+1)); on copying text the three mostly agree. With more than the
         index's ``max_occurrences`` history occurrences, the choice is made among an
         even sample of them.

@@ -1,7 +1,7 @@
 """Peers: the prompt-lookup rules of llama-cpp-python and transformers, with their defaults.
 
 They are here so that ``assistd replay`` compares them with our proposers in the same run,
-on the same data and tokens (BRIEF §4). Both look only at the live context (no history):
+on the same data and tokens. Both look only at the live context (no history):
 
 - ``peer:llama-cpp-python-pld``: ``LlamaPromptLookupDecoding(max_ngram_size=2,
   num_pred_tokens=10)`` (llama_cpp/llama_speculative.py): for n from

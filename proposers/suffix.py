@@ -15,8 +15,8 @@ length they rest on (a 1-token match is weak evidence, a 32-token match strong; 
 MATCH_PRIOR). And with a cost model t(n) of the Target, the draft is
 cut to the length L that maximises expected committed tokens per millisecond,
 ``(1 + Σ_{i≤L} A_i) / t(L + 1)`` with A_i the cumulative estimate, and no draft at
-all (a plain step) when L = 0 wins. On a CPU, where t(9) ≈ 4 t(1) (BRIEF §5), this
-is what keeps weak matches from costing time.
+all (a plain step) when L = 0 wins. On a CPU, where t(9) ≈ 4 t(1) (docs/design.md,
+'Reference measurements'), this is what keeps weak matches from costing time.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def best_length(probs, round_ms) -> int:
     per ms, ``(1 + Σ_{i≤L} Π_{j≤i} probs_j) / round_ms[L]``; ``round_ms[L]`` is the
     cost of a round with L draft tokens (``[0]``: a plain step). Ties: the shorter.
 
-    Worked example with the BRIEF §5 CPU costs (11, 19, ~23 ms for 0, 1, 2 drafts):
+    Worked example with the reference CPU costs (11, 19, ~23 ms for 0, 1, 2 drafts):
     a sure pair of tokens pays (3 / 23 > 1 / 11), a 50% guess does not (1.5 / 19).
 
     >>> best_length([1.0, 1.0], [11.0, 19.0, 22.5])

@@ -10,7 +10,7 @@ Decay, so that old behaviour fades: counters are stored as of ``updated_utc`` an
 multiplied by ``0.5 ** (age / half_life_s)`` before anything is added or read
 (exponential forgetting in time). A row is also capped at ``max_steps`` decode steps
 (older counts scaled down), so a busy file type still follows a change within a few
-thousand steps. Rates are never stored: they are computed on read (BRIEF §2).
+thousand steps. Rates are never stored: they are computed on read (docs/design.md, 'The ledger').
 """
 
 from __future__ import annotations

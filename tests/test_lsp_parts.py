@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from assistd.cli import cli
 from assistd.targets.base import common_prefix_length
 from editors import prompting
+from assistd.runtime.runtime import Runtime, open_store
 from editors.completer import Completer, Request
 from editors.settings import Settings, parse_settings
 from storage.retention import forget
@@ -88,13 +89,14 @@ def test_accepted_secret_is_redacted_in_history(store, target):
 @pytest.fixture
 def completer(target, tmp_path):
     # No time budget: what a test expects must not depend on how busy the machine is.
-    c = Completer(Settings(db=str(tmp_path / "c.db"), max_prompt_tokens=96, max_tokens=8,
-                           max_latency_ms=0))
-    c.target = target  # the session's loaded Target; the rest opens as in the server
+    # The session's loaded Target in a runtime of the test's own, shared as the daemon
+    # shares its runtime: closing the Completer leaves the Target open for other tests.
+    rt = Runtime(target, open_store(tmp_path / "c.db"))
+    c = Completer(Settings(max_prompt_tokens=96, max_tokens=8, max_latency_ms=0), shared=rt)
     c.open()
     yield c
-    c.target = None  # the fixture owns it
     c.close()
+    rt.store.close()
 
 
 def test_prompt_window_is_sticky_so_typing_only_appends(completer, tmp_path):
@@ -219,8 +221,8 @@ def test_lsp_cli_refuses_bad_transports(args, message):
 
 
 def test_fim_prompt_layout_when_the_model_declares_fim(completer, tmp_path, monkeypatch):
-    """No installable model here declares FIM tokens (BRIEF §6: SmolLM2 and Gemma 3 270M
-    have none), so the capability is patched on the real Target to check the layout:
+    """No installable model here declares FIM tokens (SmolLM2 and Gemma 3 270M have
+    none), so the capability is patched on the real Target to check the layout:
     [BOS], <fim_pre> prefix <fim_suf> suffix <fim_mid> (llama.cpp's infill order)."""
     t = completer.target
     assert t.fim_tokens() is None

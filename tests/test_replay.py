@@ -3,7 +3,7 @@
 Walks use a fixed-draft test double on literal token arrays, counted by hand; the peers
 are checked token for token against llama-cpp-python and transformers; inputs come from
 tests/data/replay/, a three-commit repository made in tmp_path, and the shared real
-transcripts (BRIEF §7) when present.
+transcripts (../shared/fixtures/transcripts) when present.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def test_metrics_by_hand():
     assert m["conditional_acceptance"] == pytest.approx([1 / 5, 1, 1, 1])
     assert m["cumulative_acceptance"] == pytest.approx([1 / 5, 1 / 4, 1 / 3, 1 / 2])
     assert m["rounds_by_draft_len"] == [0, 1, 1, 1, 2]
-    # BRIEF §5 t(n): 1 11, 2 19, 3 22.5, 4 26, 5 30.25 ms.
+    # Reference CPU t(n) (CostModel.brief()): 1 11, 2 19, 3 22.5, 4 26, 5 30.25 ms.
     literal = 10 * 11 / (2 * 26 + 22.5 + 19 + 11 + 1 * 11)  # rounds cost t(L)
     physical = 10 * 11 / (2 * 30.25 + 26 + 22.5 + 19 + 1 * 11)  # rounds cost t(L + 1)
     assert m["modeled_speedup"] == pytest.approx(literal)
@@ -411,8 +411,9 @@ def test_replay_on_the_shared_fixtures_is_deterministic():
     reference for llama-cpp-python's rule: 1.72 tokens per call, acceptance 0.09,
     modeled speedup 0.44 (the issue's t(draft length) formula)."""
     files = [FIXTURES / rel for rel in REAL_FILES]
-    a = replay_report(files, cost_model="brief", k=16)
-    b = replay_report(files, cost_model="brief", k=16)
+    a = replay_report(files, cost_model="reference", k=16)
+    with pytest.warns(FutureWarning, match="now called --cost-model reference"):
+        b = replay_report(files, cost_model="brief", k=16)  # the old name still works
     assert _without_times(a) == _without_times(b)
     assert a["inputs"]["sessions"] == 12 and a["inputs"]["model_tokens"] > 20_000
     llama, hf = a["proposers"]["peer:llama-cpp-python-pld"], a["proposers"]["peer:transformers-pld"]
@@ -452,8 +453,9 @@ def test_cli_json_report(tmp_path):
 
 def test_cli_table_lists_every_default_proposer():
     """A folder gives its transcripts (others are passed over); a table per proposer."""
-    r = assistd("replay", DATA, "--cost-model", "brief")
+    r = assistd("replay", DATA, "--cost-model", "brief")  # the old name: works, and says so
     assert r.returncode == 0, r.stderr
+    assert "now called --cost-model reference" in r.stderr
     for name in default_proposers():
         assert name in r.stdout
     assert "2 sessions" in r.stdout and "per-position" in r.stdout
@@ -470,7 +472,7 @@ def test_cli_default_cost_model_is_calibrated_on_the_target():
 
 def test_cli_git(three_commits):
     r = assistd("replay", "--git", three_commits, "--git-commits", 2, "--proposer", "ngram",
-                "--cost-model", "brief", "--json")
+                "--cost-model", "reference", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["inputs"]["git_commits"] == 2 and out["inputs"]["git_files"] == 2
@@ -479,12 +481,12 @@ def test_cli_git(three_commits):
 
 def test_cli_bad_inputs_are_one_line_exit_2(tmp_path):
     missing = tmp_path / "missing.jsonl"
-    one_line_error(assistd("replay", missing, "--cost-model", "brief"), "file not found", str(missing))
-    one_line_error(assistd("replay", DATA / "notes.txt", "--cost-model", "brief"),
+    one_line_error(assistd("replay", missing, "--cost-model", "reference"), "file not found", str(missing))
+    one_line_error(assistd("replay", DATA / "notes.txt", "--cost-model", "reference"),
                    "not a known transcript format")
     one_line_error(assistd("replay", DATA / "chat.jsonl", "--proposer", "nope"),
                    "unknown proposer 'nope'", "ngram")
     one_line_error(assistd("replay", DATA / "chat.jsonl", "--cost-model", tmp_path / "c.json"),
                    "cost model file not found")
     one_line_error(assistd("replay"), "nothing to replay")
-    one_line_error(assistd("replay", "--git", tmp_path, "--cost-model", "brief"), "git")
+    one_line_error(assistd("replay", "--git", tmp_path, "--cost-model", "reference"), "git")

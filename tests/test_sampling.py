@@ -1,4 +1,4 @@
-"""Speculative sampling is lossless in distribution (BRIEF §3), tested on the real Target's logits.
+"""Speculative sampling is lossless in distribution (docs/design.md, 'Exactness'), tested on the real Target's logits.
 
 At fixed positions the first committed token of a round must be distributed as the
 Target's own p (after temperature / top-k / top-p), whatever the draft. Each test
@@ -217,7 +217,7 @@ def test_top_k_1_sampling_is_greedy_with_and_without_drafts(target, rows):
     one = SamplingParams(temperature=0.9, top_k=1, seed=5)
     assert generate(target, ids, None, max_tokens=24, sampling=one).tokens == greedy.tokens[:24]
     spec = generate(target, ids, NgramProposer(min_n=2), max_tokens=24, sampling=one, k=4)
-    # Same near-tie caveat as greedy speculation (BRIEF §3): compare the common prefix.
+    # Same near-tie caveat as greedy speculation (docs/design.md, 'Exactness'): compare the common prefix.
     same = next((i for i, (a, b) in enumerate(zip(spec.tokens, greedy.tokens)) if a != b), 24)
     assert same >= 1
 

@@ -8,12 +8,13 @@ import assistd.serving.service as service_mod
 from assistd.serving.config import Config
 from assistd.serving.scheduler import EDITOR
 from assistd.serving.service import Service
+from editors.completer import host
 from tests.conftest import make_repo
 
 
 @pytest.fixture
 def service(tmp_path):
-    s = Service(Config(db=str(tmp_path / "h.db"), n_ctx=1024))
+    s = Service(Config(db=str(tmp_path / "h.db"), n_ctx=1024), lsp_host=host)
     s.start()
     yield s
     s.close()

@@ -13,7 +13,7 @@ Data: a real SQLite history file per test, filled through the real
 - plaintext · suffix, scope A: 10 plain steps, no round: no acceptance at all;
 - python · none (plain decoding), scope A: 7 plain steps.
 
-Forward times are BRIEF §5-like (t(1) = 11 ms, t(L+1) = 10 + 5 L ms), so the Target's
+Forward times are like the reference CPU's (t(1) = 11 ms, t(L+1) = 10 + 5 L ms), so the Target's
 cost model is measured from the ledger itself.
 """
 
@@ -86,7 +86,7 @@ def assistd(*args, timeout=60):
 
 def test_report_numbers_are_the_ledger_arithmetic_summed_over_scopes(filled):
     """All scopes: python · suffix sums scopes A and B (30 rounds, 10 plain steps, D 120,
-    C 50); every rate is the BRIEF §2 formula over those counters."""
+    C 50); every rate is the docs/design.md formula over those counters."""
     report = stats_report(filled)
     assert report["scope"] is None and report["scopes"] == [SCOPE_A, SCOPE_B]
     assert [(e["language"], e["proposer"]) for e in report["entries"]] == [

@@ -89,7 +89,7 @@ def test_live_request_and_history_compete_on_score():
 
 
 def test_cost_model_cuts_drafts_that_do_not_pay():
-    """BRIEF §5 CPU costs: a coin-flip token never pays; a sure run of 8 does."""
+    """Reference CPU costs (CostModel.brief()): a coin-flip token never pays; a sure run of 8 does."""
     cost = CostModel.brief()
     table = cost.table(16)
     table = table.tolist()
@@ -278,7 +278,7 @@ def test_short_matches_are_trusted_less_than_long_ones():
 
 
 def test_matches_too_short_to_pay_are_not_read():
-    """With the BRIEF §5 costs, a history match under 7 tokens (context: 3) cannot pay
+    """With the reference CPU costs, a history match under 7 tokens (context: 3) cannot pay
     even if every occurrence agrees, so no draft comes from it; 7 tokens can."""
     p = SuffixProposer(index_of(list(range(100, 140))), cost=CostModel.brief(), use_context=False)
     assert p._min_len == {"context": 3, "history": 7}

@@ -1,6 +1,6 @@
 """Transcript parsers (storage/transcripts): model output as records, no database.
 
-Real transcripts are read IN PLACE from ../shared/fixtures/transcripts (BRIEF §7; skipped with
+Real transcripts are read IN PLACE from ../shared/fixtures/transcripts (skipped with
 the reason when absent, never copied here). Edge cases use the hand-made files in
 tests/data/transcripts/ and small documents built inline.
 """

@@ -337,7 +337,7 @@ def test_real_engine_tunes_k_per_language(target):
     from assistd.decoding.engine import generate
 
     # Counting: every top-2 logit gap of the plain run is > 1.7, so batched and
-    # sequential evaluation agree (BRIEF §3) and the oracle's acceptance is exact.
+    # sequential evaluation agree (docs/design.md, 'Exactness') and the oracle's acceptance is exact.
     prompt = [target.bos_token_id] + target.tokenize("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")
     plain = generate(target, prompt, None, max_tokens=40, k=0, trace=True)
     assert min(plain.top2_gaps) > 1.0

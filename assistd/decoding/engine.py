@@ -143,7 +143,7 @@ def generate(
     rng = sampling.rng()
     t_start = time.perf_counter()
 
-    # Prefill all but the last prompt token, without logits (BRIEF §5).
+    # Prefill all but the last prompt token, without logits (no prompt row needs them).
     reused = target.reuse_prefix(prompt[:-1]) if reuse_prefix else 0
     if not reuse_prefix:
         target.truncate(0)

@@ -6,8 +6,8 @@ For a ceiling k in {0, 1, ..., k_max} the expected throughput of a decode step i
 
 which is the issue's ``E[L(k)] / (t_draft(k) + t(k))`` with ``E[L(k)] = 1 + Σ_{i<=k} A_i``,
 taken over the proposer's own draft lengths: a proposer may offer no draft (a plain
-step, coverage < 1) or stop before k. From the ledger (BRIEF §2 counters;
-tried_i = rounds that verified position i):
+step, coverage < 1) or stop before k. From the ledger (the counters of
+docs/design.md, 'The ledger'; tried_i = rounds that verified position i):
 
     a_i = accepted_i / tried_i                         conditional acceptance
     r_i = reached_i / (reached_{i-1} - ceiling_stops_{i-1})   P(draft goes on to i)
@@ -28,11 +28,11 @@ those toward the previous position's estimate (positions never reached borrow fr
 the last one seen). A small share of steps (``explore``) use a longer ceiling than
 the best one, so that a file type whose history grows can earn a longer k back; its
 cost is bounded: at the default 4%, a wasted exploration round at k = 2 on this CPU
-(t(3) ≈ 2 t(1), BRIEF §5) costs at most 4% of plain speed.
+(t(3) ≈ 2 t(1), docs/design.md, 'Reference measurements') costs at most 4% of plain speed.
 
 The arithmetic is ours; the objective is the one of SpecDec++ / the "optimal
 speculation length" literature (expected accepted tokens per unit of cost), applied
-to a measured, non-flat cost t(n) as BRIEF §5 requires.
+to a measured, non-flat cost t(n), as a CPU Target needs (docs/design.md, 'The tuner').
 """
 
 from __future__ import annotations
@@ -210,8 +210,8 @@ class Tuner:
     def open(cls, store, target_obj, *, calibrate: bool = True, **kwargs) -> Tuner:
         """A tuner for a loaded Target. If the store holds no forward times for it yet,
         calibrate t(n) once (:meth:`CostModel.calibrate`, ~1.6 s for the embedded model
-        on 2 CPU cores) and store the result; ``calibrate=False`` starts from BRIEF §5's
-        CPU figures instead."""
+        on 2 CPU cores) and store the result; ``calibrate=False`` starts from the
+        reference CPU's figures (:meth:`CostModel.brief`) instead."""
         key = target_key(target_obj)
         have = store is not None and 1 in store.costs(key)
         seed_cost = CostModel.brief()

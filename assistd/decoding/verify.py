@@ -1,4 +1,4 @@
-"""Verification kernels (BRIEF §3). Pure functions on small arrays."""
+"""Verification kernels (docs/design.md, 'Exactness'). Pure functions on small arrays."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def top2_gap(logits: np.ndarray) -> float:
 
 def sample_accept(draft: Sequence[int], dist: Callable[[int], TokenDistribution],
                   rng: np.random.Generator) -> tuple[int, int]:
-    """Speculative sampling for a model-free draft (a point mass q = δ_d), BRIEF §3.
+    """Speculative sampling for a model-free draft (a point mass q = δ_d).
 
     ``dist(i)`` is the Target's distribution p at draft position i (i = k: the bonus
     position), called lazily, in order, only for positions reached. At each position

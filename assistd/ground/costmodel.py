@@ -2,9 +2,10 @@
 
 A round with a draft of L tokens evaluates ``[last] + draft``, n = L + 1 tokens;
 a plain step evaluates n = 1. Speculation pays only when the tokens a round
-commits outweigh its cost: on this CPU t(9) is ~4x t(1) (BRIEF §5), on a GPU
-t(n) is nearly flat. Points are measured medians; between points t is linear,
-past the last point it grows with the last segment's slope.
+commits outweigh its cost: on the reference 2-core CPU t(9) is ~4x t(1)
+(docs/design.md, 'Reference measurements'), on a GPU t(n) is nearly flat. Points
+are measured medians; between points t is linear, past the last point it grows
+with the last segment's slope.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 
 from assistd.ground.errors import InputError
 
-# BRIEF §5: SmolLM2-135M Q4_1 on llama.cpp, 2 CPU cores, median ms per forward over n tokens.
+# t(n) measured on this project's reference 2-core CPU (docs/design.md, 'Reference measurements'):
+# SmolLM2-135M Q4_1 on llama.cpp, median ms per forward over n tokens.
 BRIEF_CPU_POINTS = {1: 11.0, 2: 19.0, 4: 26.0, 8: 43.0, 16: 75.0, 32: 142.0}
 
 

@@ -1,7 +1,7 @@
 """The project's exceptions. Each message names the fix.
 
-Only the front ends (CLI, and later the LSP and HTTP layers) translate these for
-their audience; core code raises them and never prints.
+Only the front ends (the CLI, the LSP server, the HTTP API and the MCP tools) translate
+these for their audience; core code raises them and never prints.
 """
 
 

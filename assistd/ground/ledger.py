@@ -1,6 +1,6 @@
 """The acceptance ledger of one generation: raw counters, rates computed on read.
 
-Names and formulas are those of BRIEF §2. With D draft tokens proposed, C draft
+Names and formulas are those of docs/design.md, 'Vocabulary'. With D draft tokens proposed, C draft
 tokens accepted, R rounds and P plain steps:
 
     acceptance_rate        = C / D
@@ -11,7 +11,7 @@ tokens accepted, R rounds and P plain steps:
 
 A ratio whose denominator is zero is ``None``, never an error.
 
-Beyond BRIEF §2 the ledger keeps what the tuner (``assistd.decoding.tuner``) needs to predict
+Beyond those rates the ledger keeps what the tuner (``assistd.decoding.tuner``) needs to predict
 a round under any draft ceiling: how many steps asked the proposer at all
 (``propose_calls``; a step with ceiling 0 does not), how many rounds were cut by
 their ceiling at each length (``ceiling_stops``, the censored ones), and per draft
@@ -159,7 +159,7 @@ class Ledger:
 
     def conditional_acceptance(self) -> list[float | None]:
         """a_i = P(position i accepted | positions < i accepted), for i = 1..: accepted
-        at i over the rounds that verified position i (BRIEF §2)."""
+        at i over the rounds that verified position i."""
         return [ratio(a, t) for a, t in zip(self.accepted_per_position, self.tried_per_position)]
 
     def cumulative_acceptance(self) -> list[float | None]:

@@ -1,7 +1,7 @@
 """The Target's token distribution p: the logits processing that plain decoding applies.
 
 Speculative sampling is lossless only if verification draws from exactly the
-distribution plain decoding would draw from (BRIEF §3), so both go through
+distribution plain decoding would draw from (docs/design.md, 'Exactness'), so both go through
 :func:`target_distribution`. The order is the Hugging Face ``generate`` one:
 repetition penalty (over committed tokens only) -> temperature -> top-k -> top-p.
 """

@@ -19,8 +19,8 @@ Arms:
   (what its docs prescribe), a second instance on the same GGUF and threads, greedy
   (``temp=0``). Its decode loop is its own, so it reports speed and output only.
 
-Per arm and workload the ledger sums the raw counters over cases and repeats (BRIEF §2
-formulas on read), and:
+Per arm and workload the ledger sums the raw counters over cases and repeats (the
+formulas of docs/design.md, "Vocabulary", on read), and:
 
 - tokens/s = committed tokens / decode seconds, decode = prefill excluded (the library
   peer: the wall time of ``generate`` over a cached prompt, which evaluates the last
@@ -48,11 +48,13 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from assistd.measure.bench_workloads import Case, Workload
 from assistd.decoding.engine import generate
+from assistd.decoding.tuner import K_MAX
+from assistd.decoding.verify import NEAR_TIE_GAP
 from assistd.ground.errors import InputError
 from assistd.ground.ledger import Ledger, ratio
-from assistd.decoding.verify import NEAR_TIE_GAP
+from assistd.measure.bench_workloads import Case, Workload
+from assistd.runtime.runtime import Plan, Runtime, index_width
 
 PEER_RULE_K = {"peer:llama-cpp-python-pld": 10, "peer:transformers-pld": 10,
                "peer:suffixdecoding": 16}
@@ -326,7 +328,7 @@ class Bench:
         return sum(len(w.cases) for w in workloads) * self.repeats * len(self.arms)
 
     def _proposers(self, scope_index) -> dict[str, object]:
-        from assistd.runtime.session import proposer_options
+        from assistd.runtime.runtime import proposer_options
         from proposers import make_proposer
 
         out = {}
@@ -340,11 +342,11 @@ class Bench:
         return out
 
     def run_workload(self, w: Workload) -> dict:
-        from assistd.decoding.tuner import K_MAX, Tuner, target_key
+        from assistd.decoding.tuner import Tuner, target_key
         from proposers.index import HistoryIndex
 
         scope = f"bench:{w.name}"
-        index = HistoryIndex(width=2 if self.target.n_vocab < 65535 else 4)
+        index = HistoryIndex(width=index_width(self.target))
         doc_id = 0
 
         def put(docs):
@@ -357,6 +359,8 @@ class Bench:
         put(w.history)
         tuner = Tuner(None, target_key(self.target), self.cost, seed=self.seed)
         tuner.seed_costs(self.cost)
+        # The workload's own runtime: its history and tuner live in memory only.
+        rt = Runtime(self.target, None, tuner=tuner, index=index)
         proposers = self._proposers(index)
         totals = {a.name: ArmTotals() for a in self.arms}
         n_arms = len(self.arms)
@@ -369,7 +373,7 @@ class Bench:
                 shift = (ci * self.repeats + r) % n_arms
                 for arm in self.arms[shift:] + self.arms[:shift]:
                     tokens, committed, decode_ms, ledger = self._run(
-                        arm, case, proposers.get(arm.name), tuner, scope)
+                        arm, case, proposers.get(arm.name), rt, scope)
                     totals[arm.name].add(r, committed, decode_ms, ledger)
                     first.setdefault(arm.name, tokens)
                     self.progress(f"{w.name}: {_short(case.name)}", 1)
@@ -404,21 +408,21 @@ class Bench:
         if self.peer is not None:
             self.peer.prefill(case.prompt)
 
-    def _run(self, arm: Arm, case: Case, proposer, tuner, scope: str):
+    def _run(self, arm: Arm, case: Case, proposer, rt: Runtime, scope: str):
         """``(tokens, committed, decode ms, ledger or None)`` of one generation."""
         if arm.kind == "peer-library":
             tokens, ms = self.peer.generate(case.prompt, self.max_tokens)
             return tokens, len(tokens), ms, None
-        ceiling, k = None, arm.k
-        if arm.k == "auto" and proposer is not None:
-            from assistd.decoding.tuner import K_MAX
-
-            ceiling, k = tuner.policy(arm.proposer, case.language), K_MAX
-        g = generate(self.target, case.prompt, proposer, max_tokens=self.max_tokens,
-                     k=k if proposer is not None else 0, scope=scope,
-                     language=case.language, ceiling=ceiling)
-        if arm.kind == "proposer" and arm.k == "auto":
-            tuner.record(scope, case.language, arm.proposer, g.ledger)
+        if proposer is None:
+            plan = Plan("none", None, 0, 0, None, case.language)
+        elif arm.k == "auto":
+            plan = Plan(arm.proposer, proposer, "auto", K_MAX,
+                        rt.tuner.policy(arm.proposer, case.language), case.language)
+        else:
+            plan = Plan(arm.proposer, proposer, arm.k, arm.k, None, case.language)
+        # Only the tuned arms teach the tuner; the fixed ones and the peers' rules do not.
+        g = rt.run(case.prompt, plan, scope=scope, max_tokens=self.max_tokens,
+                   record=arm.kind == "proposer" and arm.k == "auto")
         return g.tokens, g.ledger.committed_tokens, g.ledger.decode_ms, g.ledger
 
     def _match(self, case: Case, first: dict[str, list[int]], totals: dict) -> None:

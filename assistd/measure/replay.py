@@ -26,6 +26,7 @@ the formula next to each.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -86,8 +87,9 @@ def modeled_speedup(committed: int, rounds_by_draft_len: Sequence[int], plain_st
     (``CostModel.round_ms``). ``plain_ms`` = t(1). Draft time is not included
     (propose() latency is reported apart).
 
-    Worked example, BRIEF §5 costs (t(1) 11, t(2) 19, t(5) 30.25 ms): one round of 4
-    drafts with 3 accepted (commits 4) and 2 plain steps: 6 · 11 / (30.25 + 22) ≈ 1.26.
+    Worked example, the reference CPU costs of ``CostModel.brief()`` (t(1) 11, t(2) 19,
+    t(5) 30.25 ms): one round of 4 drafts with 3 accepted (commits 4) and 2 plain
+    steps: 6 · 11 / (30.25 + 22) ≈ 1.26.
 
     >>> round(modeled_speedup(6, [0, 0, 0, 0, 1], 2, CostModel.brief().round_ms, 11.0), 3)
     1.263
@@ -98,7 +100,7 @@ def modeled_speedup(committed: int, rounds_by_draft_len: Sequence[int], plain_st
 
 def per_position(accepted: Sequence[int], reached: Sequence[int], tried: Sequence[int]
                  ) -> tuple[list[float | None], list[float | None]]:
-    """Per-position acceptance (BRIEF §2), position i = 1, 2, ... at index i - 1:
+    """Per-position acceptance (docs/design.md, 'Vocabulary'), position i = 1, 2, ... at index i - 1:
 
     - conditional ``a_i = accepted_i / tried_i``: P(position i accepted | positions < i
       accepted), over the rounds that proposed position i with every position before it
@@ -283,10 +285,10 @@ class ReplayHistory:
 
 def build_proposer(name: str, history, cost: CostModel | None = None) -> Proposer:
     """A registered proposer with the replay's history and cost model and the settings
-    ``assistd complete`` gives it (:func:`assistd.runtime.session.proposer_options`). Raises
+    ``assistd complete`` gives it (:func:`assistd.runtime.runtime.proposer_options`). Raises
     :class:`InputError` for an unknown name or one that cannot be built that way
     (``draft_model`` needs a draft model)."""
-    from assistd.runtime.session import proposer_options
+    from assistd.runtime.runtime import proposer_options
 
     if name not in available():
         raise InputError(f"unknown proposer {name!r}; known: {', '.join(available())}")
@@ -354,9 +356,14 @@ def inputs_summary(sessions: Sequence[TokenizedSession]) -> dict:
 
 
 def resolve_cost_model(spec: str, target) -> CostModel:
-    """``brief`` (BRIEF §5 CPU points), ``calibrate`` (measured on ``target`` now, ~2 s),
-    or a JSON file written by ``CostModel.save``."""
+    """``reference`` (t(n) of the reference 2-core CPU, docs/design.md, 'Reference
+    measurements'; ``brief`` is its old name, accepted with a warning), ``calibrate``
+    (measured on ``target`` now, ~2 s), or a JSON file written by ``CostModel.save``."""
     if spec == "brief":
+        warnings.warn("--cost-model brief is now called --cost-model reference",
+                      FutureWarning, stacklevel=2)  # shown to end users
+        spec = "reference"
+    if spec == "reference":
         return CostModel.brief()
     if spec == "calibrate":
         return CostModel.calibrate(target)

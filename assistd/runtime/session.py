@@ -1,8 +1,6 @@
-"""Glue shared by the front ends: open the Target and the history, complete at a cursor.
-
-This is the one engine path (history -> proposer -> Target -> verification ->
-ledger) that the CLI calls today and the LSP server and local API will call later.
-"""
+"""The shell front end's part: read a file at a (line, column) cursor and complete there
+on a :class:`~assistd.runtime.runtime.Runtime` (``assistd complete``, in-process or
+through the daemon, and the MCP ``complete`` tool)."""
 
 from __future__ import annotations
 
@@ -11,22 +9,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from assistd.decoding.engine import Generation, generate
-from assistd.ground.errors import InputError, ModelError
+from assistd.decoding.engine import Generation
+from assistd.ground.errors import InputError
+from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
+from assistd.runtime.runtime import Runtime
 from assistd.targets.base import Target
-from assistd.targets.open import open_target
-from storage.indexer import (
-    IndexReport,
-    find_repository_root,
-    index_repository,
-    is_repository,
-)
-from storage.store import HistoryStore, default_db_path
-
-def open_store(db: Path | None) -> HistoryStore:
-    return HistoryStore(db if db is not None else default_db_path())
-
+from storage.indexer import IndexReport, find_repository_root, is_repository
 
 def cursor_offset(text: str, line: int | None, column: int | None) -> int:
     """Character offset of a 1-based (line, column) in ``text``; None means end of line / file.
@@ -139,140 +128,59 @@ def complete_at(
     n_ctx: int = 2048,
     model: Path | None = None,
     db: Path | None = None,
-    target: Target | None = None,
-    store: HistoryStore | None = None,
+    runtime: Runtime | None = None,
     sampling: SamplingParams = GREEDY,
     stop: tuple[str, ...] = (),
     target_options: dict | None = None,
     guess_outside_git: bool = False,
     draft_model: Path | None = None,
     language: str = "plaintext",
-    tuner=None,
     between_rounds=None,
+    owner: str = "complete",
 ) -> Completion:
-    """Complete ``prompt_text`` with speculative decoding, drafting from ``repo``'s history.
+    """``assistd complete``: complete ``prompt_text`` with speculative decoding, drafting
+    from ``repo``'s history, on ``runtime`` (None: one opened from ``model``, ``db``,
+    ``n_ctx`` and ``target_options``, see :meth:`Runtime.open`).
 
     The repository is indexed incrementally first. ``proposer="none"`` (or k=0) is
     plain decoding through the same loop. ``sampling`` is greedy by default;
-    ``stop`` strings end the completion (excluded from it). Pass ``target``/``store``
-    to reuse open ones: a kept Target also keeps its KV cache, so a second request
-    on the same prefix evaluates only the new tokens. ``target_options`` go to
-    :func:`open_target`. With ``guess_outside_git`` (``repo`` was inferred, not chosen)
-    a directory outside git is drafted from only if ``assistd index`` took it before.
+    ``stop`` strings end the completion (excluded from it). A kept runtime also keeps
+    the Target's KV cache, so a second request on the same prefix evaluates only the
+    new tokens. With ``guess_outside_git`` (``repo`` was inferred, not chosen) a
+    directory outside git is drafted from only if ``assistd index`` took it before.
     ``proposer`` is a registered name (``suffix``, ``ngram``, ``draft_model`` with
     ``draft_model`` = the draft's GGUF, or a ``peer:...`` rule) or ``"none"``.
 
     ``k`` is the draft ceiling (tokens), or ``"auto"``: the tuner picks it per step for
     ``language`` (an LSP language id) from the persisted ledger. Either way the
     generation's counters are added to the ledger (one transaction) and its verify
-    times to the Target's cost model. Pass ``tuner`` (an :class:`assistd.decoding.tuner.Tuner`)
-    to reuse one; else one is opened on the store (calibrating t(n) once per Target).
-    ``between_rounds`` goes to :func:`generate` (the daemon's preemption hook).
+    times to the Target's cost model. ``between_rounds`` goes to the engine (the
+    daemon's preemption hook); ``owner`` labels the KV sequence it uses. Raises :class:`InputError`, :class:`ModelError`,
+    :class:`HistoryError`.
     """
-    from proposers import make_proposer
-    from proposers.index import HistoryIndex
-
-    from assistd.decoding.tuner import K_MAX, Tuner, env_seed
-    from storage.ledger_store import LedgerStore
-
-    if max_tokens + 1 >= n_ctx:
-        raise InputError(f"--max-tokens {max_tokens} does not fit --n-ctx {n_ctx}")
-    auto = k == "auto"
-    if not auto and (not isinstance(k, int) or k < 0):
-        raise InputError(f"k must be 'auto' or a number of tokens >= 0, not {k!r}")
-    speculate = proposer != "none" and (auto or k > 0)
-    use_history = speculate and repo is not None
-    if tuner is None or use_history:
-        store = store or open_store(db)  # before the model: a bad --db fails fast
-    target = target or open_target(model, n_ctx=n_ctx, **(target_options or {}))
-    if tuner is None:
-        # Exploration draws follow --seed too (a seeded sample is still only repeatable
-        # for a fixed k: the ceiling the tuner picks changes as the ledger grows).
-        seed = sampling.seed if sampling.seed is not None else env_seed()
-        tuner = Tuner.open(LedgerStore(store), target, seed=seed)
-    report = None
+    window = runtime.target.n_ctx if runtime is not None else n_ctx
+    if max_tokens + 1 >= window:
+        raise InputError(f"--max-tokens {max_tokens} does not fit --n-ctx {window}")
+    k = parse_k(k)  # before the model loads: a bad k fails fast
+    if runtime is None:
+        runtime = Runtime.open(model, db=db, n_ctx=n_ctx, target_options=target_options,
+                               seed=sampling.seed)
+    target = runtime.target
+    speculate = proposer != "none" and k != 0
+    scope = runtime.resolve_scope(repo, chosen=not guess_outside_git, refresh=True,
+                                  index=speculate)
     history = {"scope": None, "documents": 0, "tokens": 0}
-    hist_index = None
-    if use_history:
-        root = find_repository_root(repo)
-        if guess_outside_git and not is_repository(root) and not store.has_scope(str(root)):
-            # A file outside git whose directory nobody indexed: ~/scratch.py must not
-            # pull ~/.netrc or ~/.env into the history. `assistd index DIR` or --repo opt in.
-            use_history = False
-    if use_history:
-        # Outside git only the top directory, unless `assistd index` took the subtree.
-        recursive = is_repository(root) or store.scope_recursive(str(root))
-        report = index_repository(store, root, target.tokenize, target.fingerprint,
-                                  recursive=recursive)
-        store.mark_used(report.scope)  # eviction keeps the scopes completions use
-        history = store.scope_summary(report.scope, target.fingerprint)
-        hist_index = HistoryIndex(width=2 if target.n_vocab < 65535 else 4)
-        hist_index.load(store, report.scope, target.fingerprint)
-
+    if speculate and scope.root is not None:
+        history = runtime.store.scope_summary(scope.root, target.fingerprint)
     budget = min(max_prompt_tokens, target.n_ctx - max_tokens - 1)
-    # Tokenize only the tail that can fit (a token is rarely over 16 characters):
-    # a multi-megabyte file before the cursor would otherwise take seconds.
-    ids = target.tokenize(prompt_text[-budget * 16 :])
-    ids = ids[-budget:] if len(ids) > budget else ids
-    if (target.add_bos or not ids) and target.bos_token_id is not None and len(ids) < budget:
-        ids = [target.bos_token_id] + ids
-    if not ids:
-        raise InputError("empty prompt and the model has no BOS token to start from")
-    prop = None
-    if speculate:
-        # The proposer cuts its drafts with the Target's measured t(n); the tuner's
-        # ceiling (k="auto") caps them per language from measured acceptance.
-        options = proposer_options(proposer, hist_index, tuner.cost_model(), target)
-        if proposer == "draft_model":
-            from proposers.draft_model import open_draft
-
-            if draft_model is None:
-                raise InputError("--proposer draft_model needs --draft-model PATH (a GGUF of a"
-                                 " smaller model with the Target's tokenizer)")
-            try:
-                options["draft"] = open_draft(draft_model, n_ctx=n_ctx)
-            except ModelError as e:
-                raise ModelError(f"--draft-model {draft_model}: {str(e).split(';')[0]}; pass a"
-                                 " GGUF of a small model with the Target's tokenizer") from None
-        try:
-            prop = make_proposer(proposer, **options)
-        except KeyError as e:
-            raise InputError(str(e).strip('"')) from None
-    name = proposer if prop else "none"
-    ceiling = tuner.policy(name, language) if auto and prop else None
-    scope = report.scope if report else None
-    if scope is None and repo is not None and store is not None:
-        # Plain decoding indexes nothing, but its steps belong to the repository's row.
-        root = find_repository_root(repo)
-        if is_repository(root) or store.has_scope(str(root)):
-            scope = str(root)
-    gen = generate(target, ids, prop, max_tokens=max_tokens,
-                   k=(K_MAX if auto else k) if prop else 0, sampling=sampling, stop=stop,
-                   scope=scope, language=language, ceiling=ceiling,
-                   between_rounds=between_rounds)
-    tuned = tuner.estimate(name, language).as_dict() if auto and prop else None
-    tuner.record(scope, language, name, gen.ledger)
-    return Completion(generation=gen, target=target, history=history, index=report,
-                      proposer=name, k=k if prop else 0, sampling=sampling,
-                      language=language, tuned=tuned)
-
-
-def proposer_options(name: str, history, cost, target: Target | None = None) -> dict:
-    """Constructor options of proposer ``name``: the ones ``complete`` and ``replay``
-    both use, so that a replay measures what a completion runs.
-
-    ``history`` (a :class:`proposers.index.HistoryIndex`), ``cost`` (the Target's
-    :class:`assistd.ground.costmodel.CostModel`, or None) and ``target`` are offered to every
-    proposer (each takes what its constructor names). ngram also gets alpha=0.5: a
-    match of m tokens drafts at most ceil(m/2), because on llama.cpp on a CPU verifying
-    k tokens costs ~k/2 plain steps and long drafts on weak matches lose time
-    (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain). With
-    ``k="auto"`` the tuner then caps every draft per language (``assistd.decoding.tuner``).
-    """
-    options = {"history": history, "target": target, "cost": cost}
-    if name == "ngram":
-        options["alpha"] = 0.5
-    return options
+    ids = runtime.prompt(prompt_text, budget)
+    plan = runtime.plan(proposer, k, language, history=scope.root is not None,
+                        draft_model=draft_model)
+    gen = runtime.run(ids, plan, scope=scope.root, max_tokens=max_tokens, sampling=sampling,
+                      stop=stop, between_rounds=between_rounds, owner=owner)
+    return Completion(generation=gen, target=target, history=history, index=scope.report,
+                      proposer=plan.proposer, k=plan.k, sampling=sampling,
+                      language=language, tuned=runtime.estimate(plan))
 
 
 def ledger_line(c: Completion) -> str:

@@ -1,13 +1,13 @@
 """``assistd stats``: what the tuner has learnt, per language id and proposer.
 
 One job: read the persisted, decayed ledger (:class:`storage.ledger_store.LedgerStore`)
-and report, for every (Target, language id, proposer), the BRIEF §2 rates beside the
-raw counters they come from, the per-position acceptance, and the draft ceiling k the
+and report, for every (Target, language id, proposer), the rates of docs/design.md,
+'Vocabulary', beside the raw counters they come from, the per-position acceptance, and the draft ceiling k the
 tuner chooses with its expected speedup. Three sinks read the same report dict: a
 ``rich`` table (:func:`print_stats`), JSON (the dict itself) and a figure
 (:func:`plot_stats`).
 
-Formulas (BRIEF §2; D drafted, C accepted, R rounds, P plain steps, S = R + P):
+Formulas (docs/design.md, 'Vocabulary'; D drafted, C accepted, R rounds, P plain steps, S = R + P):
 
     coverage               = R / S
     acceptance_rate        = C / D

@@ -37,6 +37,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from assistd.ground.errors import AssistdError, InputError, ModelError
+from assistd.ground.options import parse_k
 from assistd.ground.sampling import SamplingParams
 from assistd.serving.scheduler import AGENT, EDITOR, PRIORITIES, SHELL
 from assistd.serving.service import GenerationRequest, GenerationResult, Service
@@ -172,8 +173,11 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         if len(stops) > 4:
             raise ApiError(400, "at most 4 stop sequences", param="stop")
         a = req.assistd
-        if a is not None and isinstance(a.k, int) and not 0 <= a.k <= 64:
-            raise ApiError(400, "assistd.k must be 'auto' or 0..64", param="assistd.k")
+        if a is not None and a.k is not None:
+            try:
+                parse_k(a.k, what="assistd.k")
+            except InputError as e:
+                raise ApiError(400, str(e), param="assistd.k") from None
 
     max_piece = max((len(b) for b in service.target.pieces()), default=1) or 1
 

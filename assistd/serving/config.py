@@ -19,6 +19,7 @@ from pathlib import Path
 import platformdirs
 
 from assistd.ground.errors import InputError
+from assistd.ground.options import parse_k
 
 APP = "assistd"
 
@@ -54,6 +55,7 @@ class Config:
     device: str = "auto"
     dtype: str = "auto"
     numerics: str = "exact"  # llama: "exact" (batch-invariant kernels) or "fast"
+    sequences: str = "auto"  # KV sequences kept warm: "auto" or a number (1 = one for all)
     model_name: str | None = None  # the id in /v1/models; None = the model file's stem
     # speculation
     proposer: str = "suffix"
@@ -124,7 +126,7 @@ def _coerce(name: str, value, where: str):
     kind = str(f.type)
     text = isinstance(value, str) and where.startswith("$")
     try:
-        if name == "k" and isinstance(value, int) and not isinstance(value, bool):
+        if name in ("k", "sequences") and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)  # k = 8 in TOML means the same as k = "8"
         if "list" in kind:
             if text:
@@ -158,8 +160,9 @@ def _validate(c: Config) -> Config:
         raise InputError(f"backend must be llama or torch, not {c.backend!r}")
     if c.numerics not in ("exact", "fast"):
         raise InputError(f"numerics must be exact or fast, not {c.numerics!r}")
-    if c.k != "auto" and not (c.k.isdigit() and 0 <= int(c.k) <= 64):
-        raise InputError(f"k must be 'auto' or a number of tokens 0..64, not {c.k!r}")
+    parse_k(c.k)
+    if c.sequences != "auto" and not (c.sequences.isdigit() and 1 <= int(c.sequences) <= 64):
+        raise InputError(f"sequences must be 'auto' or a number 1..64, not {c.sequences!r}")
     from proposers import available
 
     known = ["none"] + [p for p in available() if p != "draft_model"]

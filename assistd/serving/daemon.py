@@ -163,7 +163,7 @@ class WatcherThread:
                 "last_batch": self.last_batch, "error": self.error}
 
     def _run(self) -> None:
-        from assistd.runtime.session import open_store
+        from assistd.runtime.runtime import open_store
         from storage.indexer import find_repository_root
         from storage.retention import enforce_budget
         from storage.watcher import HistoryWatcher, default_transcript_locations
@@ -212,9 +212,11 @@ class WatcherThread:
                 store.close()
 
 
-def serve(config: Config) -> None:
-    """Run the daemon until SIGTERM/SIGINT. Raises :class:`InputError` (sockets, token)
-    and :class:`ModelError` (the Target) before anything is served."""
+def serve(config: Config, *, lsp_host=None) -> None:
+    """Run the daemon until SIGTERM/SIGINT. ``lsp_host``: the factory of hosted editor
+    sessions (see :class:`~assistd.serving.service.Service`; None: the daemon refuses
+    them). Raises :class:`InputError` (sockets, token) and :class:`ModelError` (the
+    Target) before anything is served."""
     import uvicorn
 
     from assistd.serving.api import build_app
@@ -230,7 +232,7 @@ def serve(config: Config) -> None:
     sock_path = config.socket_path()
     if socket_answers(sock_path):  # fail before the load, not after it
         raise InputError(f"a daemon already answers on {sock_path}; `assistd status` shows it")
-    service = Service(config)
+    service = Service(config, lsp_host=lsp_host)
     log.info("loading the Target (%s)", config.model or "embedded default")
     service.start()
     # Listen only once the Target is loaded: a socket that does not answer would make

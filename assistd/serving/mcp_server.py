@@ -52,7 +52,7 @@ Completions are short and greedy: treat them as suggestions, not as verified cod
 
 
 class CompletionResult(BaseModel):
-    """One completion and the key numbers of its ledger (rates as defined in the BRIEF §2)."""
+    """One completion and the key numbers of its ledger (rates as defined in docs/design.md, "Vocabulary")."""
 
     completion: str = Field(description="The generated text (stop strings excluded).")
     tokens: int = Field(description="Tokens generated (committed by the Target).")
@@ -144,7 +144,8 @@ class InProcessEngine:
 
     def __init__(self, model: Path | None = None, db: Path | None = None, n_ctx: int = 2048):
         self.model, self.db, self.n_ctx = model, db, n_ctx
-        self.target = self.store = self.tuner = None
+        self.store = None  # opened alone for stats: reports need no Target
+        self.runtime = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assistd-mcp-engine")
 
     async def run(self, fn, *args, **kwargs):
@@ -155,35 +156,29 @@ class InProcessEngine:
 
     def _open_store(self):
         if self.store is None:
-            from assistd.runtime.session import open_store
+            from assistd.runtime.runtime import open_store
 
             self.store = open_store(self.db)
         return self.store
 
-    def _open_target(self):
-        if self.target is None:
-            from assistd.targets.open import open_target
-            from assistd.decoding.tuner import Tuner, env_seed
-            from storage.ledger_store import LedgerStore
+    def _open_runtime(self):
+        if self.runtime is None:
+            from assistd.runtime.runtime import Runtime
 
-            store = self._open_store()
             log.info("loading the Target (in-process; no daemon answers)")
-            self.target = open_target(self.model, n_ctx=self.n_ctx)
-            self.tuner = Tuner.open(LedgerStore(store), self.target, seed=env_seed())
-        return self.target
+            self.runtime = Runtime.open(self.model, n_ctx=self.n_ctx, store=self._open_store())
+        return self.runtime
 
     def complete(self, body: dict) -> dict:
-        """:func:`assistd.runtime.session.complete_at` with the kept Target, store and tuner;
+        """:func:`assistd.runtime.session.complete_at` on this process's runtime;
         ``body`` as for ``POST /v1/assistd/complete``. Returns ``Completion.as_dict()``
         with ``daemon`` false. Raises :class:`AssistdError`."""
         from assistd.runtime.session import complete_at
 
-        target = self._open_target()
         result = complete_at(
             body["prompt_text"], repo=Path(body["repo"]) if body.get("repo") else None,
             proposer=body["proposer"], k=body["k"], max_tokens=body["max_tokens"],
-            max_prompt_tokens=body["max_prompt_tokens"], n_ctx=target.n_ctx,
-            target=target, store=self.store, tuner=self.tuner,
+            max_prompt_tokens=body["max_prompt_tokens"], runtime=self._open_runtime(),
             stop=tuple(body["stop"]), language=body["language"],
             guess_outside_git=body["guess_outside_git"])
         return {**result.as_dict(), "daemon": False}
@@ -201,11 +196,11 @@ class InProcessEngine:
                 "user_acceptance": SuggestionStore(store).summary()}
 
     def _close(self) -> None:
-        if self.target is not None:
-            self.target.close()
-        if self.store is not None:
+        if self.runtime is not None:
+            self.runtime.close()  # the store too
+        elif self.store is not None:
             self.store.close()
-        self.target = self.store = self.tuner = None
+        self.runtime = self.store = None
 
     def close(self) -> None:
         """Release the Target and the store (waits for the job in hand)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from assistd.serving.config import Config
 from assistd.ground.errors import InputError
+from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.serving.scheduler import AGENT, EDITOR, SHELL, Scheduler
 
@@ -51,6 +52,7 @@ class GenerationRequest:
     k: int | str | None = None  # None = the configured one
     scope: str | None = None
     language: str = "plaintext"
+    owner: str = "api"  # who asks (labels its KV sequence in status)
     on_text: Callable[[str], None] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
@@ -100,14 +102,15 @@ class Service:
     :class:`ModelError`, :class:`HistoryError`). Thread-safe: submit from anywhere.
     """
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, *, lsp_host: Callable[[Service], object] | None = None):
         self.config = config
         self.scheduler = Scheduler()
-        self.target = self.store = self.tuner = self.index = self.suggestions = None
+        self.runtime = None  # the one Runtime, opened by start() on the scheduler thread
         self.model_id = ""
         self.started_at = time.time()
-        self._scopes: dict[str, bool] = {}
-        self._next_buffer_id = -1_000_000  # LSP buffers of all sessions: one id space
+        # Editor sessions are hosted by a front end registered here (the CLI passes
+        # editors' LSP host): the serving layer knows no editor.
+        self._lsp_host = lsp_host
         self.lsp_sessions: dict[str, object] = {}
         self._lsp_seen: dict[str, float] = {}  # session -> monotonic time of its last call
         self.requests = {"api": 0, "lsp": 0, "complete": 0, "mcp": 0}
@@ -124,25 +127,27 @@ class Service:
         self.scheduler.submit(self._open_job, EDITOR, "load").result()
 
     def _open_job(self) -> None:
-        from assistd.targets.open import open_target
-        from assistd.runtime.session import open_store
-        from assistd.decoding.tuner import Tuner, env_seed
-        from proposers.index import HistoryIndex
-        from storage.ledger_store import LedgerStore
-        from storage.suggestions import SuggestionStore
+        from assistd.runtime.runtime import Runtime
 
         c = self.config
-        self.store = open_store(Path(c.db).expanduser() if c.db else None)
-        self.suggestions = SuggestionStore(self.store)
-        self.target = open_target(Path(c.model).expanduser() if c.model else None,
-                                  backend=c.backend, n_ctx=c.n_ctx, n_threads=c.threads,
-                                  n_gpu_layers=c.n_gpu_layers, device=c.device, dtype=c.dtype,
-                                  numerics=c.numerics)
+        log.info("loading the Target; the first use of a Target also measures its forward"
+                 " times t(n): a few seconds on an idle machine")
+        self.runtime = Runtime.open(
+            Path(c.model).expanduser() if c.model else None,
+            db=Path(c.db).expanduser() if c.db else None, n_ctx=c.n_ctx,
+            target_options={"backend": c.backend, "n_threads": c.threads,
+                            "n_gpu_layers": c.n_gpu_layers, "device": c.device,
+                            "dtype": c.dtype, "numerics": c.numerics,
+                            "sequences": c.sequences},
+            max_bytes=c.max_bytes)
         self.model_id = c.model_name or Path(self.target.model_path).stem
-        log.info("Target loaded; opening the tuner (the first use of a Target measures its"
-                 " forward times t(n): a few seconds on an idle machine)")
-        self.tuner = Tuner.open(LedgerStore(self.store), self.target, seed=env_seed())
-        self.index = HistoryIndex(width=2 if self.target.n_vocab < 65535 else 4)
+
+    # The runtime's parts, for the API's prompt checks and status (None before start()).
+    target = property(lambda self: self.runtime and self.runtime.target)
+    store = property(lambda self: self.runtime and self.runtime.store)
+    tuner = property(lambda self: self.runtime and self.runtime.tuner)
+    index = property(lambda self: self.runtime and self.runtime.index)
+    suggestions = property(lambda self: self.runtime and self.runtime.suggestions)
 
     def close(self) -> None:
         """Finish the job in hand, then release the Target and the store (on their thread)."""
@@ -156,45 +161,17 @@ class Service:
         for session in list(self.lsp_sessions.values()):
             session.close()
         self.lsp_sessions.clear()
-        if self.target is not None:
-            self.target.close()
-        if self.store is not None:
-            self.store.close()  # every ledger row is committed per generation already
-        self.target = self.store = None
+        if self.runtime is not None:
+            self.runtime.close()  # every ledger row is committed per generation already
 
     def submit(self, fn, priority: int, name: str) -> Future:
         return self.scheduler.submit(fn, priority, name)
 
     # -- history -----------------------------------------------------------------
 
-    def new_buffer_id(self) -> int:
-        self._next_buffer_id -= 1
-        return self._next_buffer_id
-
     def scope_job(self, path: str | None) -> str | None:
-        """The history scope of a path: its repository root, indexed on first use and
-        followed through the store's change log afterwards (the watcher writes there).
-        A directory outside git drafts only if ``assistd index`` took it before."""
-        from storage.indexer import find_repository_root, index_repository, is_repository
-
-        if not path:
-            return None
-        p = Path(path).expanduser()
-        root = find_repository_root(p if p.is_dir() else p.parent)
-        scope = str(root)
-        if scope not in self._scopes:
-            usable = root.is_dir() and (is_repository(root) or self.store.has_scope(scope))
-            if usable:
-                recursive = is_repository(root) or self.store.scope_recursive(scope)
-                index_repository(self.store, root, self.target.tokenize,
-                                 self.target.fingerprint, recursive=recursive,
-                                 max_bytes=self.config.max_bytes)
-                self.store.mark_used(scope)
-            self._scopes[scope] = usable
-        if not self._scopes[scope]:
-            return None
-        self.index.ensure(self.store, scope, self.target.fingerprint)
-        return scope
+        """The history scope of a path (:meth:`Runtime.resolve_scope`), engine thread."""
+        return self.runtime.resolve_scope(path).root
 
     # -- generation ----------------------------------------------------------------
 
@@ -225,48 +202,26 @@ class Service:
         return len(flags)
 
     def _generate_job(self, req: GenerationRequest, queued: float) -> GenerationResult:
-        from assistd.decoding.engine import generate
-        from assistd.runtime.session import proposer_options
-        from assistd.decoding.tuner import K_MAX
-        from proposers import make_proposer
-
         queue_ms = (time.monotonic() - queued) * 1000
-        t = self.target
-        if len(req.prompt) + 1 >= t.n_ctx:
-            raise InputError(f"the prompt is {len(req.prompt)} tokens; the context window is"
-                             f" {t.n_ctx}")
-        max_tokens = min(req.max_tokens, t.n_ctx - len(req.prompt) - 1)
+        rt = self.runtime
         name = req.proposer or self.config.proposer
-        k = req.k if req.k is not None else (
-            "auto" if self.config.k == "auto" else int(self.config.k))
-        if k == 0:
-            name = "none"
-        scope = self.scope_job(req.scope) if req.scope else None
-        if scope is None and self.index is not None:
-            self.index.sync(self.store)
-        prop, ceiling, k_run = None, None, 0
-        if name != "none":
-            options = proposer_options(name, self.index, self.tuner.cost_model(), t)
-            try:
-                prop = make_proposer(name, **options)
-            except KeyError as e:
-                raise InputError(str(e).strip('"')) from None
-            if k == "auto":
-                k_run, ceiling = K_MAX, self.tuner.policy(name, req.language)
-            else:
-                k_run = int(k)
+        k = req.k if req.k is not None else self.config.k
+        scope = rt.resolve_scope(req.scope).root if req.scope else None
+        if scope is None:
+            rt.index.sync(rt.store)  # no scope: draft from every loaded one, kept current
+        plan = rt.plan(name, k, req.language)
         streamer = _Streamer(req.on_text, req.stop) if req.on_text is not None else None
-        gen = generate(t, req.prompt, prop, max_tokens=max_tokens, k=k_run,
-                       sampling=req.sampling, stop=req.stop, scope=scope,
-                       language=req.language, ceiling=ceiling, stop_at=streamer,
-                       cancelled=req.cancel.is_set, between_rounds=self.scheduler.preempt)
+        gen = rt.run(req.prompt, plan, scope=scope, max_tokens=req.max_tokens,
+                     sampling=req.sampling, stop=req.stop, stop_at=streamer,
+                     cancelled=req.cancel.is_set, between_rounds=self.scheduler.preempt,
+                     owner=req.owner)
         if streamer is not None:
             streamer.finish(gen.text)
-        self.tuner.record(scope, req.language, name, gen.ledger)
         self.tokens_generated += len(gen.tokens)
         self.generations_cancelled += gen.stop_reason == "cancelled"
         return GenerationResult(text=gen.text, tokens=gen.tokens, stop_reason=gen.stop_reason,
-                                ledger=gen.ledger.as_dict(), proposer=name, k=k,
+                                ledger=gen.ledger.as_dict(), proposer=plan.proposer,
+                                k=plan.k if plan.speculative else parse_k(k),
                                 queue_ms=round(queue_ms, 2))
 
     def complete_at(self, args: dict) -> Future:
@@ -287,11 +242,10 @@ class Service:
             proposer=args.get("proposer", "suffix"), k=args.get("k", "auto"),
             max_tokens=int(args.get("max_tokens", 64)),
             max_prompt_tokens=int(args.get("max_prompt_tokens", 1024)),
-            n_ctx=self.target.n_ctx, target=self.target, store=self.store,
-            sampling=sampling, stop=tuple(args.get("stop") or ()),
+            runtime=self.runtime, sampling=sampling, stop=tuple(args.get("stop") or ()),
             guess_outside_git=bool(args.get("guess_outside_git")),
-            language=args.get("language") or "plaintext", tuner=self.tuner,
-            between_rounds=self.scheduler.preempt)
+            language=args.get("language") or "plaintext", between_rounds=self.scheduler.preempt,
+            owner="mcp" if args.get("client") == "mcp" else "complete")
         self.tokens_generated += len(result.generation.tokens)
         out = result.as_dict()
         out["daemon"] = True
@@ -300,10 +254,12 @@ class Service:
     # -- LSP sessions (assistd lsp as a client of the daemon) ---------------------------
 
     def lsp_job(self, session: str, op: str, args: dict):
-        """Run one LSP completer operation for ``session`` (engine thread)."""
-        from editors.completer import Completer, Request
-        from editors.settings import parse_settings
-
+        """Run one operation of LSP session ``session`` (engine thread) on the registered
+        host's session object (``op``: ``configure``, ``complete``, ``reindex``,
+        ``drop_buffer``, ``event``, ``stats``, ``close``). Raises :class:`InputError`
+        when no editor host is registered, or for an unknown ``op``."""
+        if self._lsp_host is None:
+            raise InputError("this daemon hosts no editor sessions")
         now = time.monotonic()
         for other, seen in list(self._lsp_seen.items()):
             if now - seen > LSP_SESSION_IDLE_S and other != session:
@@ -311,47 +267,23 @@ class Service:
                 self.lsp_sessions.pop(other).close()
                 del self._lsp_seen[other]
         self._lsp_seen[session] = now
-        comp = self.lsp_sessions.get(session)
-        if comp is None:
+        host = self.lsp_sessions.get(session)
+        if host is None:
             if op == "close":
                 self._lsp_seen.pop(session, None)
                 return None
-            comp = self.lsp_sessions[session] = Completer(shared=self)
-        if op == "configure":
-            settings, _ = parse_settings(args.get("settings") or {})
-            comp.configure(settings)
-            return None
-        if op == "complete":
-            req = Request(uri=args["uri"], text=args["text"], offset=int(args["offset"]),
-                          language=args.get("language") or "plaintext",
-                          buffers=args.get("buffers") or {})
-            cancel = args.get("_cancel")
-            if cancel is not None:
-                req.cancel = cancel
-            return comp.complete(req).as_dict()
-        if op == "reindex":
-            return comp.reindex(args["uri"])
-        if op == "drop_buffer":
-            return comp.drop_buffer(args["uri"])
-        if op == "event":
-            return comp.event(args["id"], args["event"], int(args.get("accepted_chars", 0)))
-        if op == "stats":
-            return comp.stats()
+            host = self.lsp_sessions[session] = self._lsp_host(self, session)
         if op == "close":
-            comp.close()
+            host.close()
             del self.lsp_sessions[session]
             self._lsp_seen.pop(session, None)
             return None
-        raise InputError(f"unknown LSP operation {op!r}")
+        return host.op(op, args)
 
     # -- reports -----------------------------------------------------------------------
 
     def stats_job(self, scope: str | None = None) -> dict:
-        from assistd.runtime.stats import stats_report
-        from storage.ledger_store import LedgerStore
-
-        return {"ledger": stats_report(LedgerStore(self.store), scope=scope),
-                "user_acceptance": self.suggestions.summary()}
+        return self.runtime.stats(scope)
 
     def status(self) -> dict:
         """What the daemon is doing (any thread; no engine job)."""
@@ -374,6 +306,7 @@ class Service:
             "scheduler": {**s.__dict__, "queue_ms_total": round(s.queue_ms_total, 1),
                           "queue_ms_max": round(s.queue_ms_max, 1)},
             "lsp_sessions": len(self.lsp_sessions),
+            "sequences": self.runtime.sequences.status() if self.runtime is not None else None,
             "history_scopes_loaded": self.index.scopes() if self.index is not None else [],
             "history_tokens_loaded": self.index.tokens() if self.index is not None else 0,
             "watcher": self.watcher.status() if self.watcher is not None else None,

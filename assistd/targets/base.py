@@ -5,6 +5,11 @@ return logits for the requested rows) and :meth:`Target._truncate` (roll the KV
 cache back). The base class keeps the list of tokens whose keys/values are in the
 cache (``kv_tokens``), so the engine can reuse the longest common prefix of the
 previous request (:meth:`Target.reuse_prefix`) on every backend alike.
+
+A Target may keep several KV sequences (``n_seq_max``, each up to ``n_ctx`` tokens):
+:meth:`Target.use_sequence` picks the one that ``evaluate``, ``truncate`` and
+``reuse_prefix`` act on, so that several clients keep their prefixes warm. Which
+client gets which sequence is the runtime's choice (``assistd.runtime.sequences``).
 """
 
 from __future__ import annotations
@@ -75,8 +80,42 @@ class Target:
     # plainly; status and the ledger JSON carry the reason.
     speculation_off: str | None = None
 
+    # KV sequences kept (each holds up to n_ctx tokens), and the KV cache bytes one
+    # token takes in one sequence (0: unknown), for status and the memory bound.
+    n_seq_max: int = 1
+    kv_bytes_per_token: int = 0
+
     def __init__(self) -> None:
-        self.kv_tokens: list[int] = []
+        self._kv: list[list[int]] = [[]]  # per sequence: the tokens whose K/V are cached
+        self.seq = 0  # the sequence evaluate/truncate/reuse_prefix act on
+
+    def _init_sequences(self, n: int) -> None:
+        self.n_seq_max, self._kv, self.seq = n, [[] for _ in range(n)], 0
+
+    @property
+    def kv_tokens(self) -> list[int]:
+        """Tokens in the current sequence's KV cache."""
+        return self._kv[self.seq]
+
+    def use_sequence(self, seq: int) -> None:
+        """Make ``seq`` (0 .. n_seq_max-1) the sequence the next calls act on. Raises
+        ValueError for a sequence this Target does not keep."""
+        if not 0 <= seq < self.n_seq_max:
+            raise ValueError(f"sequence {seq} is not in 0..{self.n_seq_max - 1}")
+        self.seq = seq
+
+    def sequence_tokens(self, seq: int) -> list[int]:
+        """Tokens cached in sequence ``seq`` (a read-only view: do not modify)."""
+        return self._kv[seq]
+
+    def drop_sequence(self, seq: int) -> None:
+        """Empty sequence ``seq``'s KV cache (an eviction); the current one stays current."""
+        current = self.seq
+        self.use_sequence(seq)
+        try:
+            self.truncate(0)
+        finally:
+            self.seq = current
 
     @property
     def n_past(self) -> int:
@@ -116,8 +155,8 @@ class Target:
         """Keep the longest cached prefix of ``tokens``, drop the rest; return its length.
 
         The next :meth:`evaluate` then only needs ``tokens[result:]``. This is the
-        prefix KV reuse across requests (BRIEF §2: a prefix cache hit, not draft
-        acceptance).
+        prefix KV reuse across requests: a prefix cache hit, not draft acceptance
+        (docs/design.md, "Vocabulary").
         """
         n = common_prefix_length(self.kv_tokens, tokens)
         self.truncate(n)
@@ -177,3 +216,26 @@ class Target:
 
     def close(self) -> None:
         """Release the model and its buffers."""
+
+
+# Memory the KV sequences of one Target may reserve when their number is "auto".
+KV_BUDGET_BYTES = 512 * 2**20
+AUTO_SEQUENCES_MAX = 4
+
+
+def choose_sequences(requested: int | str | None, kv_bytes_per_token: int, n_ctx: int) -> int:
+    """How many KV sequences to keep: ``requested`` when it is a number (>= 1), else as
+    many full-context sequences as fit in ``KV_BUDGET_BYTES`` (at least 1, at most
+    ``AUTO_SEQUENCES_MAX``; the maximum when the per-token size is unknown).
+
+    >>> choose_sequences("auto", 23_040, 2048), choose_sequences("auto", 524_288, 4096), choose_sequences(2, 1, 1)
+    (4, 1, 2)
+    """
+    if requested not in (None, "auto"):
+        n = int(requested)
+        if n < 1:
+            raise ValueError(f"sequences must be at least 1, not {requested!r}")
+        return n
+    if kv_bytes_per_token <= 0:
+        return AUTO_SEQUENCES_MAX
+    return max(1, min(AUTO_SEQUENCES_MAX, KV_BUDGET_BYTES // (kv_bytes_per_token * n_ctx)))

@@ -1,4 +1,4 @@
-"""Can a draft model draft for a Target? The tokenizer check of BRIEF §4.
+"""Can a draft model draft for a Target? The tokenizer check (docs/design.md, 'Proposers').
 
 A draft model proposes token ids that the Target verifies as its own, so both
 must share one tokenizer: the same token->id map over every id (equal vocabulary
@@ -146,7 +146,7 @@ def tokenizer_info(model: Target, *, with_pieces: bool = True) -> TokenizerInfo:
 
 
 def check_compatible(target: Target, draft: Target) -> None:
-    """Raise :class:`ModelError` unless ``draft`` shares ``target``'s tokenizer (BRIEF §4).
+    """Raise :class:`ModelError` unless ``draft`` shares ``target``'s tokenizer.
 
     The message lists every difference (vocabulary size, differing ids with both
     tokens, BOS, end-of-generation ids, control tokens, add-BOS, chat template).

@@ -27,7 +27,7 @@ import numpy as np
 import platformdirs
 
 from assistd.ground.errors import ModelError
-from assistd.targets.base import Target, tokenizer_fingerprint
+from assistd.targets.base import Target, choose_sequences, tokenizer_fingerprint
 from assistd.targets.gguf_header import gguf_metadata
 from assistd.targets.llama import check_model_file
 from assistd.targets.vocab import eog_ids, piece_bytes
@@ -73,7 +73,8 @@ class TorchTarget(Target):
     numerics = "float"  # batched and one-token forwards differ by float rounding (~1e-5)
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, device: str = "auto",
-                 dtype: str = "auto", n_threads: int | None = None, n_batch: int = 512):
+                 dtype: str = "auto", n_threads: int | None = None, n_batch: int = 512,
+                 sequences: int | str = 1):
         super().__init__()
         path = Path(model_path).expanduser()
         if path.is_dir():
@@ -125,7 +126,14 @@ class TorchTarget(Target):
         from transformers import DynamicCache
 
         self._new_cache = DynamicCache  # no config: full-length layers, so any rollback is exact
-        self._cache = DynamicCache()
+        heads = int(config.num_attention_heads)
+        head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        element = torch.tensor([], dtype=model.dtype).element_size()
+        self.kv_bytes_per_token = int(config.num_hidden_layers) * kv_heads * head_dim * 2 * element
+        # One cache per sequence, grown on use (so "auto" costs nothing until used).
+        self._init_sequences(choose_sequences(sequences, self.kv_bytes_per_token, self.n_ctx))
+        self._caches = [DynamicCache() for _ in range(self.n_seq_max)]
         forward_params = inspect.signature(model.forward).parameters  # transformers 5.2x renamed it
         self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
 
@@ -240,8 +248,17 @@ class TorchTarget(Target):
     def special_ids(self) -> frozenset[int]:
         return self._special
 
+    @property
+    def _cache(self):
+        return self._caches[self.seq]
+
+    @_cache.setter
+    def _cache(self, cache) -> None:
+        self._caches[self.seq] = cache
+
     def close(self) -> None:
-        self.model = self._cache = None
+        self.model = None
+        self._caches = [None] * self.n_seq_max
 
 
 # -- helpers -----------------------------------------------------------------

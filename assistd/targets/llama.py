@@ -44,7 +44,8 @@ from pathlib import Path
 import numpy as np
 
 from assistd.ground.errors import ModelError
-from assistd.targets.base import Target, tokenizer_fingerprint
+from assistd.targets.base import Target, choose_sequences, tokenizer_fingerprint
+from assistd.targets.gguf_header import gguf_metadata
 
 GGUF_MAGIC = b"GGUF"
 NUMERICS = ("exact", "fast")
@@ -86,7 +87,8 @@ class LlamaTarget(Target):
     backend = "llama"
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512, numerics: str = "exact"):
+                 n_gpu_layers: int = 0, n_batch: int = 512, numerics: str = "exact",
+                 sequences: int | str = 1):
         super().__init__()
         if numerics not in NUMERICS:
             raise ValueError(f"unknown numerics {numerics!r}; use {' or '.join(NUMERICS)}")
@@ -101,9 +103,15 @@ class LlamaTarget(Target):
         self._lib = llama_cpp
         threads = n_threads or len(os.sched_getaffinity(0))
         exact = numerics == "exact"
+        self.kv_bytes_per_token = kv_bytes_per_token(path)
+        n_seq = choose_sequences(sequences, self.kv_bytes_per_token, n_ctx)
         try:
-            self._llm = open_llama(path, numerics=numerics, threads=threads, n_ctx=n_ctx,
-                                   n_batch=n_batch, n_gpu_layers=n_gpu_layers, logits_all=False)
+            # Separate KV streams (kv_unified off), n_ctx cells each: a sequence's cells
+            # stay contiguous and in position order as with one sequence, so the
+            # attention kernels reduce in the same order and exact numerics hold.
+            self._llm = open_llama(path, numerics=numerics, threads=threads,
+                                   n_ctx=n_ctx * n_seq, n_seq=n_seq, n_batch=n_batch,
+                                   n_gpu_layers=n_gpu_layers, logits_all=False)
         except Exception as e:  # llama-cpp-python raises ValueError/RuntimeError/OSError
             if "llama_context" in str(e):
                 raise ModelError(
@@ -115,7 +123,8 @@ class LlamaTarget(Target):
                 "model (re-download or re-install it), or pass --model PATH"
             ) from None
         self.model_path = str(path)
-        self.n_ctx = self._llm.n_ctx()
+        self.n_ctx = llama_cpp.llama_n_ctx_seq(self._llm.ctx)  # per sequence
+        self._init_sequences(n_seq)
         self.n_vocab = self._llm.n_vocab()
         # llama-cpp-python caps n_batch at the n_ctx asked for, while llama.cpp pads
         # n_ctx up (64 -> 256): chunk by the capped value, or llama_decode aborts.
@@ -165,7 +174,7 @@ class LlamaTarget(Target):
                 b.token[i] = tok
                 b.pos[i] = n_past + i
                 b.n_seq_id[i] = 1
-                b.seq_id[i][0] = 0
+                b.seq_id[i][0] = self.seq
                 b.logits[i] = (start + i) in want
             rc = lib.llama_decode(self._ctx, b)
             if rc != 0:
@@ -181,7 +190,7 @@ class LlamaTarget(Target):
         return out
 
     def _truncate(self, n: int) -> None:
-        if not self._lib.llama_memory_seq_rm(self._mem, 0, n, -1):
+        if not self._lib.llama_memory_seq_rm(self._mem, self.seq, n, -1):
             raise RuntimeError(f"KV cache rollback to {n} failed")
 
     def tokenize(self, text: str) -> list[int]:
@@ -251,42 +260,77 @@ class LlamaTarget(Target):
             self._llm.close()
 
 
-def open_llama(path: Path, *, numerics: str, threads: int, n_batch: int = 512, **kwargs):
+def open_llama(path: Path, *, numerics: str, threads: int, n_batch: int = 512, n_seq: int = 1,
+               **kwargs):
     """A ``llama_cpp.Llama`` with the kernels of ``numerics`` (see the module): for
     ``"exact"`` flash attention, ubatches of at most ``EXACT_UBATCH`` tokens, one thread
     for one-token ubatches and ``threads`` for batches, no weight repacking, no tiled
-    K-quant matmul. ``kwargs`` go to ``Llama`` (n_ctx, n_gpu_layers, logits_all,
-    draft_model...). Raises what ``Llama`` raises."""
+    K-quant matmul. ``n_seq`` > 1: that many KV sequences in separate streams, the
+    ``n_ctx`` in ``kwargs`` split evenly between them. ``kwargs`` go to ``Llama``
+    (n_ctx, n_gpu_layers, logits_all, draft_model...). Raises what ``Llama`` raises."""
     import llama_cpp
 
+    context = {"n_seq_max": n_seq, "kv_unified": False} if n_seq > 1 else {}
     if numerics != "exact":
-        return llama_cpp.Llama(model_path=str(path), n_batch=n_batch, n_ubatch=n_batch,
-                               n_threads=threads, n_threads_batch=threads, verbose=False,
-                               **kwargs)
+        with _default_params(llama_cpp, context=context):
+            return llama_cpp.Llama(model_path=str(path), n_batch=n_batch, n_ubatch=n_batch,
+                                   n_threads=threads, n_threads_batch=threads, verbose=False,
+                                   **kwargs)
     os.environ["GGML_CPU_TILED_MM"] = "0"  # in case the caller's environment turned it on
-    with _no_weight_repacking(llama_cpp):
+    with _default_params(llama_cpp, model={"use_extra_bufts": False}, context=context):
         return llama_cpp.Llama(model_path=str(path), n_batch=n_batch,
                                n_ubatch=min(n_batch, EXACT_UBATCH), n_threads=1,
                                n_threads_batch=threads, flash_attn=True, verbose=False, **kwargs)
 
 
 @contextlib.contextmanager
-def _no_weight_repacking(llama_cpp):
-    """``Llama()`` with ``use_extra_bufts = False`` in its model parameters.
+def _default_params(llama_cpp, *, model: dict | None = None, context: dict | None = None):
+    """``Llama()`` with fields of its model and context parameters set that it has no
+    argument for (``use_extra_bufts``; ``n_seq_max``, ``kv_unified``).
 
-    llama-cpp-python builds them from ``llama_model_default_params()`` and has no
-    argument for this field, so the default is swapped for the duration of the call.
+    llama-cpp-python builds them from ``llama_model_default_params()`` and
+    ``llama_context_default_params()``, so those defaults are swapped for the duration
+    of the call (``Llama`` then sets the fields it has arguments for on top).
     """
     lib = llama_cpp.llama_cpp
-    default = lib.llama_model_default_params
+    saved = {"llama_model_default_params": lib.llama_model_default_params,
+             "llama_context_default_params": lib.llama_context_default_params}
 
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
+    def with_fields(default, fields):
+        def params():
+            p = default()
+            for name, value in fields.items():
+                setattr(p, name, value)
+            return p
+        return params
 
-    lib.llama_model_default_params = params
+    for name, fields in (("llama_model_default_params", model),
+                         ("llama_context_default_params", context)):
+        if fields:
+            setattr(lib, name, with_fields(saved[name], fields))
     try:
         yield
     finally:
-        lib.llama_model_default_params = default
+        for name, fn in saved.items():
+            setattr(lib, name, fn)
+
+
+def kv_bytes_per_token(path: Path) -> int:
+    """KV cache bytes one token takes in one sequence (f16 keys and values, every
+    layer), from the GGUF metadata; 0 when the metadata lacks the sizes."""
+    try:
+        arch = gguf_metadata(path, {"general.architecture"}).get("general.architecture")
+        keys = {f"{arch}.{k}" for k in ("block_count", "embedding_length",
+                                        "attention.head_count", "attention.head_count_kv",
+                                        "attention.key_length", "attention.value_length")}
+        m = {k.split(".", 1)[1]: v for k, v in gguf_metadata(path, keys).items()}
+        layers = int(m["block_count"])
+        heads = m["attention.head_count"]
+        heads = max(heads) if isinstance(heads, list) else int(heads)
+        kv_heads = m.get("attention.head_count_kv", heads)
+        per_layer = kv_heads if isinstance(kv_heads, list) else [int(kv_heads)] * layers
+        head_k = int(m.get("attention.key_length", int(m["embedding_length"]) // heads))
+        head_v = int(m.get("attention.value_length", head_k))
+    except (ValueError, KeyError, TypeError, OSError):
+        return 0
+    return sum(int(h) * (head_k + head_v) * 2 for h in per_layer)

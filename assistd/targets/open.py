@@ -35,9 +35,14 @@ BACKENDS = ("llama", "torch")
 
 def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048,
                 n_threads: int | None = None, n_gpu_layers: int = -1,
-                device: str = "auto", dtype: str = "auto", numerics: str = "exact") -> Target:
+                device: str = "auto", dtype: str = "auto", numerics: str = "exact",
+                sequences: int | str = 1) -> Target:
     """Load the Target: ``model`` (a GGUF file, or for torch also a Hugging Face model
     directory; None = the embedded default) on ``backend`` ("llama" or "torch").
+
+    ``sequences``: KV sequences to keep, each of ``n_ctx`` tokens (a number, or
+    ``"auto"``: as many as fit a bounded KV memory, see
+    :func:`assistd.targets.base.choose_sequences`).
 
     llama: ``n_gpu_layers`` (-1 = all when the llama-cpp-python build can offload,
     ignored on a CPU build) and ``numerics`` ("exact": batch-invariant kernels, so
@@ -51,9 +56,10 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
         if numerics not in ("exact", "fast"):
             raise InputError(f"numerics must be exact or fast, not {numerics!r}")
         return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                           numerics=numerics)
+                           numerics=numerics, sequences=sequences)
     if backend == "torch":
         from assistd.targets.hf import TorchTarget
 
-        return TorchTarget(path, n_ctx=n_ctx, device=device, dtype=dtype, n_threads=n_threads)
+        return TorchTarget(path, n_ctx=n_ctx, device=device, dtype=dtype, n_threads=n_threads,
+                           sequences=sequences)
     raise ModelError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")

@@ -1,4 +1,4 @@
-"""Coding-agent transcript parsers: model output as records, no database (BRIEF §7).
+"""Coding-agent transcript parsers: model output as records, no database.
 
 Every module of this package is imported here so that its ``@register``-ed parsers join
 ``FORMATS``: a new format is one new file.

@@ -1,0 +1,319 @@
+"""The runtime: the one object every front end drives.
+
+A :class:`Runtime` owns the Target, the history store, the in-memory history index,
+the tuner (and through it the Target's cost model) and the user-acceptance store. It
+offers what a front end needs and nothing about how that front end talks:
+
+- :meth:`Runtime.resolve_scope`: the history scope of a file or directory (its
+  repository root), indexed on first use;
+- :meth:`Runtime.prompt`: text before a cursor -> prompt token ids within a budget;
+- :meth:`Runtime.plan`: proposer name + draft ceiling ``k`` -> a :class:`Plan`;
+- :meth:`Runtime.run`: one speculative generation (:func:`assistd.decoding.engine.generate`)
+  whose ledger goes to the tuner;
+- :meth:`Runtime.stats`, :meth:`Runtime.close`.
+
+The CLI's in-process ``complete``, the daemon (:mod:`assistd.serving.service`), the LSP
+server (``editors/``), the MCP tools and ``assistd bench`` all assemble their engine
+here. A Runtime is used from one thread at a time (the SQLite connection and the
+Target are not thread-safe); the daemon's scheduler serialises its jobs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from assistd.decoding.engine import Generation, generate
+from assistd.decoding.tuner import K_MAX, Tuner, env_seed
+from assistd.ground.errors import InputError, ModelError
+from assistd.ground.options import parse_k
+from assistd.ground.sampling import GREEDY, SamplingParams
+from assistd.runtime.sequences import SequencePool
+from assistd.targets.base import Target
+from assistd.targets.open import open_target
+from proposers import make_proposer
+from proposers.base import Proposer
+from proposers.index import HistoryIndex
+from storage.indexer import IndexReport, find_repository_root, index_repository, is_repository
+from storage.ledger_store import LedgerStore
+from storage.store import HistoryStore, default_db_path
+from storage.suggestions import SuggestionStore
+
+# mark_used is a write: at most once a minute per scope, not on every keystroke.
+MARK_USED_EVERY_S = 60.0
+
+
+def index_width(target: Target) -> int:
+    """Bytes per token id in the history index: 2 for vocabularies under 65,535, else 4."""
+    return 2 if target.n_vocab < 65535 else 4
+
+
+def open_store(db: Path | None) -> HistoryStore:
+    """The history database ``db`` (None: ``$ASSISTD_DB``, else the user data dir)."""
+    return HistoryStore(db if db is not None else default_db_path())
+
+
+@dataclass
+class Plan:
+    """How one generation drafts.
+
+    proposer:  the registered proposer's name, or ``"none"`` (plain decoding).
+    draft:     the proposer object (None for plain decoding).
+    k:         the ceiling as asked: tokens, or ``"auto"`` (0 when plain).
+    k_run:     the per-round ceiling handed to the engine (tokens; K_MAX under "auto").
+    ceiling:   with ``"auto"``, the tuner's per-round policy for ``language``.
+    language:  the LSP language id the ledger rows are kept under.
+    """
+
+    proposer: str
+    draft: Proposer | None
+    k: int | str
+    k_run: int
+    ceiling: Callable[[], int] | None
+    language: str
+
+    @property
+    def speculative(self) -> bool:
+        return self.draft is not None
+
+
+@dataclass
+class Scope:
+    """A resolved history scope: its root (None: no history) and the index report of
+    the scan that brought it up to date now (None when nothing was scanned)."""
+
+    root: str | None
+    report: IndexReport | None = None
+
+
+class Runtime:
+    """The Target (with its KV sequences), the history and the tuner, assembled once.
+
+    ``target`` and ``store`` are taken as given (the Runtime closes them); ``tuner``
+    defaults to one opened on the store (the first use of a Target measures t(n):
+    a few seconds). ``store`` may be None with a ``tuner`` and an ``index`` given: a
+    history in memory only (``assistd bench``), with no scopes to resolve.
+    ``max_bytes`` caps each scanned file (None: the indexer's default).
+    """
+
+    def __init__(self, target: Target, store: HistoryStore | None, *,
+                 tuner: Tuner | None = None, index: HistoryIndex | None = None,
+                 seed: int | None = None, max_bytes: int | None = None):
+        self.target, self.store = target, store
+        self.tuner = tuner or Tuner.open(LedgerStore(store), target,
+                                         seed=seed if seed is not None else env_seed())
+        self.index = index if index is not None else HistoryIndex(width=index_width(target))
+        self.suggestions = SuggestionStore(store) if store is not None else None
+        self.sequences = SequencePool(target)
+        self.max_bytes = max_bytes
+        self._scopes: dict[str, bool] = {}  # scope root -> usable (history may draft)
+        self._used: dict[str, float] = {}  # scope -> monotonic time mark_used last wrote
+        self._buffer_ids = itertools.count(-1_000_001, -1)  # editor buffers: one id space
+
+    @classmethod
+    def open(cls, model: Path | None = None, *, db: Path | None = None, n_ctx: int = 2048,
+             target_options: dict | None = None, store: HistoryStore | None = None,
+             seed: int | None = None, max_bytes: int | None = None) -> Runtime:
+        """Open the store first (a bad ``db`` fails before the model loads), then the
+        Target (:func:`assistd.targets.open.open_target` with ``target_options``), then
+        the tuner. Raises :class:`~assistd.ground.errors.HistoryError`,
+        :class:`~assistd.ground.errors.ModelError`."""
+        store = store or open_store(db)
+        target = open_target(model, n_ctx=n_ctx, **(target_options or {}))
+        return cls(target, store, seed=seed, max_bytes=max_bytes)
+
+    def close(self) -> None:
+        """Release the Target and the store (every ledger row is committed already)."""
+        if self.target is not None:
+            self.target.close()
+        if self.store is not None:
+            self.store.close()
+        self.target = self.store = None
+
+    # -- history ---------------------------------------------------------------
+
+    def new_buffer_id(self) -> int:
+        """A document id for an editor buffer (negative: never a stored document's)."""
+        return next(self._buffer_ids)
+
+    def resolve_scope(self, path: Path | str | None, *, chosen: bool = False,
+                      refresh: bool = False, index: bool = True) -> Scope:
+        """The history scope of ``path`` (a file or a directory): its git root, else its
+        directory.
+
+        A directory outside git drafts only when the user ``chosen`` it (``--repo``),
+        or ``assistd index`` took it before: ``~/scratch.py`` must not pull
+        ``~/.netrc`` into the history. Outside git only the top directory is scanned,
+        unless ``assistd index`` took the subtree. The scope is scanned (incrementally)
+        on first use, or again with ``refresh`` (a saved file); afterwards the index
+        follows the store's change log, which the watcher writes. With ``index`` False
+        nothing is scanned or loaded: the root is returned when it is a scope (plain
+        decoding's steps still belong to the repository's ledger row).
+        """
+        if path is None or path == "":
+            return Scope(None)
+        p = Path(path).expanduser()
+        root = find_repository_root(p if p.is_dir() else p.parent)
+        scope = str(root)
+        known = is_repository(root) or self.store.has_scope(scope)
+        if not index:
+            return Scope(scope if known else None)
+        report = None
+        if scope not in self._scopes or refresh:
+            usable = root.is_dir() and (known or chosen)
+            if usable:
+                recursive = is_repository(root) or self.store.scope_recursive(scope)
+                options = {} if self.max_bytes is None else {"max_bytes": self.max_bytes}
+                report = index_repository(self.store, root, self.target.tokenize,
+                                          self.target.fingerprint, recursive=recursive,
+                                          **options)
+            self._scopes[scope] = usable
+        if not self._scopes[scope]:
+            return Scope(None)
+        if time.monotonic() - self._used.get(scope, -1e9) > MARK_USED_EVERY_S:
+            self.store.mark_used(scope)  # eviction keeps the scopes completions use
+            self._used[scope] = time.monotonic()
+        self.index.ensure(self.store, scope, self.target.fingerprint)
+        return Scope(scope, report)
+
+    def forget_scope(self, root: str) -> None:
+        """Scan ``root`` again on its next use (after a save)."""
+        self._scopes.pop(root, None)
+
+    # -- prompts -----------------------------------------------------------------
+
+    def prompt(self, text: str, budget: int) -> list[int]:
+        """The last ``budget`` tokens of ``text``, with the Target's BOS first when the
+        model wants one (or the text is empty) and it fits. Raises :class:`InputError`
+        for an empty prompt on a model without BOS."""
+        t = self.target
+        # Tokenize only the tail that can fit (a token is rarely over 16 characters):
+        # a multi-megabyte file before the cursor would otherwise take seconds.
+        ids = t.tokenize(text[-budget * 16:]) if budget > 0 else []
+        ids = ids[-budget:] if len(ids) > budget else ids
+        return self.with_bos(ids, budget)
+
+    def with_bos(self, ids: list[int], budget: int | None = None) -> list[int]:
+        """``ids`` with BOS prepended when the model expects it (or ``ids`` is empty),
+        unless that would exceed ``budget`` tokens."""
+        t = self.target
+        fits = budget is None or len(ids) < budget
+        if (t.add_bos or not ids) and t.bos_token_id is not None and fits:
+            ids = [t.bos_token_id] + ids
+        if not ids:
+            raise InputError("empty prompt and the model has no BOS token to start from")
+        return ids
+
+    # -- planning and running ------------------------------------------------------
+
+    def plan(self, proposer: str, k, language: str = "plaintext", *,
+             history: bool = True, draft_model: Path | None = None) -> Plan:
+        """Turn a proposer name and a ceiling into a :class:`Plan`.
+
+        ``proposer``: a registered name (``suffix``, ``ngram``, ``draft_model``, a
+        ``peer:...`` rule) or ``"none"``; ``k``: ``"auto"`` or tokens 0..64 (validated
+        by :func:`assistd.ground.options.parse_k`; 0 = plain decoding). ``history``:
+        whether the proposer may draft from the history index. ``draft_model``: the
+        draft's GGUF for ``draft_model``. Raises :class:`InputError` (unknown proposer,
+        bad k, missing draft model) and :class:`ModelError` (the draft fails to load).
+        """
+        k = parse_k(k)
+        if proposer == "none" or k == 0:
+            return Plan("none", None, 0, 0, None, language)
+        options = proposer_options(proposer, self.index if history else None,
+                                   self.tuner.cost_model(), self.target)
+        if proposer == "draft_model":
+            from proposers.draft_model import open_draft
+
+            if draft_model is None:
+                raise InputError("--proposer draft_model needs --draft-model PATH (a GGUF of a"
+                                 " smaller model with the Target's tokenizer)")
+            try:
+                options["draft"] = open_draft(draft_model, n_ctx=self.target.n_ctx)
+            except ModelError as e:
+                raise ModelError(f"--draft-model {draft_model}: {str(e).split(';')[0]}; pass a"
+                                 " GGUF of a small model with the Target's tokenizer") from None
+        try:
+            draft = make_proposer(proposer, **options)
+        except KeyError as e:
+            raise InputError(str(e).strip('"')) from None
+        if k == "auto":
+            return Plan(proposer, draft, "auto", K_MAX, self.tuner.policy(proposer, language),
+                        language)
+        return Plan(proposer, draft, k, k, None, language)
+
+    def run(self, prompt: list[int], plan: Plan, *, scope: str | None = None,
+            max_tokens: int = 64, sampling: SamplingParams = GREEDY,
+            stop: tuple[str, ...] = (), stop_at=None, cancelled=None,
+            between_rounds=None, record: bool = True, owner: str = "local") -> Generation:
+        """One generation after ``prompt`` (token ids) as ``plan`` says; its counters go
+        to the ledger (one transaction) and its verify times to the cost model.
+
+        The generation runs on the KV sequence :class:`SequencePool` picks for
+        ``prompt`` (``owner`` labels it in status). ``scope``: the history scope the
+        ledger row belongs to. ``stop_at``,
+        ``cancelled`` and ``between_rounds`` go to :func:`generate` (streaming and
+        latency budgets, cancellation, the daemon's preemption). ``record`` False keeps
+        the generation out of the tuner (a benchmark's plain baseline). Raises
+        :class:`InputError` when the prompt does not fit the context window.
+        """
+        t = self.target
+        if len(prompt) + 1 >= t.n_ctx:
+            raise InputError(f"the prompt is {len(prompt)} tokens; the context window is"
+                             f" {t.n_ctx}")
+        seq = self.sequences.choose(prompt, owner)
+        t.use_sequence(seq)
+        hook = None
+        if between_rounds is not None:
+            def hook() -> bool:
+                ran = between_rounds()
+                # Other requests ran on the Target meanwhile: back to this sequence (the
+                # engine then re-evaluates whatever of its context is gone).
+                t.use_sequence(seq)
+                return ran
+        with self.sequences.pinned(seq):
+            gen = generate(t, prompt, plan.draft,
+                           max_tokens=min(max_tokens, t.n_ctx - len(prompt) - 1),
+                           k=plan.k_run, sampling=sampling, stop=stop, scope=scope,
+                           language=plan.language, ceiling=plan.ceiling, stop_at=stop_at,
+                           cancelled=cancelled, between_rounds=hook)
+        if record:
+            self.tuner.record(scope, plan.language, plan.proposer, gen.ledger)
+        return gen
+
+    def estimate(self, plan: Plan) -> dict | None:
+        """With ``k="auto"``: the tuner's estimate behind its choice, as JSON."""
+        if plan.k != "auto" or not plan.speculative:
+            return None
+        return self.tuner.estimate(plan.proposer, plan.language).as_dict()
+
+    # -- reports -------------------------------------------------------------------------
+
+    def stats(self, scope: str | None = None) -> dict:
+        """``{"ledger": <stats report>, "user_acceptance": <summary>}``. Raises
+        :class:`InputError` for a scope without data."""
+        from assistd.runtime.stats import stats_report
+
+        return {"ledger": stats_report(LedgerStore(self.store), scope=scope),
+                "user_acceptance": self.suggestions.summary()}
+
+
+def proposer_options(name: str, history, cost, target: Target | None = None) -> dict:
+    """Constructor options of proposer ``name``: the ones a completion and ``replay``
+    both use, so that a replay measures what a completion runs.
+
+    ``history`` (a :class:`proposers.index.HistoryIndex`), ``cost`` (the Target's
+    :class:`assistd.ground.costmodel.CostModel`, or None) and ``target`` are offered to
+    every proposer (each takes what its constructor names). ngram also gets alpha=0.5: a
+    match of m tokens drafts at most ceil(m/2), because on llama.cpp on a CPU verifying
+    k tokens costs ~k/2 plain steps and long drafts on weak matches lose time
+    (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain). With
+    ``k="auto"`` the tuner then caps every draft per language (``assistd.decoding.tuner``).
+    """
+    options = {"history": history, "target": target, "cost": cost}
+    if name == "ngram":
+        options["alpha"] = 0.5
+    return options
