@@ -328,12 +328,15 @@ class OracleDouble:
         return Draft(tokens=toks, probs=[1.0] * len(toks), source="context", match_len=n)
 
 
-@pytest.mark.xfail(strict=False, reason="with exact numerics (issue exact) the json ceiling came out 0 in "
-                   "two full-suite runs (passes alone, 6 s): under investigation, see the closing note")
 def test_real_engine_tunes_k_per_language(target):
     """Through the real engine and Target: a language whose drafts are always wrong is
     turned off (k = 0), one whose drafts are always right gets a long ceiling; the
-    output equals plain decoding; verify times reach the cost model."""
+    output equals plain decoding; verify times reach the cost model.
+
+    The ceilings are chosen on the reference cost model, frozen (``learn_costs=False``):
+    with costs learnt from this run's wall clock, a loaded machine (a full test run on 2
+    cores) measured t(2) at 3x t(1) and the json ceiling came out 0. A second tuner
+    learns the measured times, to check that they reach its cost model."""
     from assistd.decoding.engine import generate
 
     # Counting: every top-2 logit gap of the plain run is > 1.7, so batched and
@@ -344,9 +347,8 @@ def test_real_engine_tunes_k_per_language(target):
     # Seeded with a calibration as Tuner.open seeds a store; a high exploration share so
     # that ten generations are enough to climb from the global prior (which the wrong
     # language drags down first) to a long ceiling.
-    calibration = CostModel.calibrate(target, repeats=3)
-    tuner = Tuner(None, "real", calibration, seed=0, explore=0.2)
-    tuner.seed_costs(calibration)
+    tuner = Tuner(None, "real", CostModel.brief(), seed=0, explore=0.2, learn_costs=False)
+    measuring = Tuner(None, "real", CostModel.brief())
     for _ in range(10):
         for lang, wrong in (("markdown", True), ("json", False)):
             prop = OracleDouble(prompt, plain.tokens, wrong, target.n_vocab)
@@ -354,13 +356,13 @@ def test_real_engine_tunes_k_per_language(target):
                            ceiling=tuner.policy("oracle", lang))
             assert gen.tokens == plain.tokens
             tuner.record("s", lang, "oracle", gen.ledger)
+            measuring.record("s", lang, "oracle", gen.ledger)
     assert tuner.choose("oracle", "markdown") == 0
-    # A long ceiling; how long depends on the measured t(n): 8-16 on idle cores, 7 seen
-    # while another process held them (a CI run beside a benchmark).
-    assert tuner.choose("oracle", "json") >= 4
+    assert tuner.choose("oracle", "json") >= 8  # always right: a long ceiling
     md = tuner._ledgers[("markdown", "oracle")]
     assert md.accepted_tokens == 0 and md.rounds > 0
-    assert tuner.cost_model().source.startswith("measured:")
+    assert tuner.cost_model().source == "brief"  # frozen
+    assert measuring.cost_model().source.startswith("measured:")
 
 
 def test_outlier_forward_times_are_clipped():

@@ -183,13 +183,17 @@ class Tuner:
     explore: share of steps that try a longer ceiling than the best (0 = never).
     seed:    for the exploration draws.
     now:     the time (s since epoch) to decay the stored counters to [default: now].
+    learn_costs: False keeps ``cost`` as it is: generations teach acceptance only, not
+             forward times (a choice that must not depend on how busy the machine is).
     """
 
     def __init__(self, store, target: str, cost: CostModel, *, k_max: int = K_MAX,
-                 explore: float = EXPLORE, seed: int | None = None, now: float | None = None):
+                 explore: float = EXPLORE, seed: int | None = None, now: float | None = None,
+                 learn_costs: bool = True):
         if k_max < 1 or not 0 <= explore < 1:
             raise ValueError("k_max must be >= 1 and explore in [0, 1)")
         self.store, self.target, self.k_max, self.explore = store, target, k_max, explore
+        self.learn_costs = learn_costs
         self.rng = random.Random(seed)
         self._seed_cost = cost
         self._ledgers: dict[tuple[str, str], Ledger] = {}  # (language, proposer) -> counters
@@ -309,7 +313,7 @@ class Tuner:
         cap = self.store.max_steps if self.store is not None else MAX_STEPS
         self._ledgers[key] = total.scaled(cap / total.steps) if total.steps > cap else total
         self._as_of[key] = now
-        costs = self._forward_times(ledger)
+        costs = self._forward_times(ledger) if self.learn_costs else {}
         for n, (ms_sum, steps) in costs.items():
             c = self._costs.setdefault(n, [0.0, 0.0])
             c[0] += ms_sum
