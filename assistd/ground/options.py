@@ -23,13 +23,18 @@ def parse_k(value, *, what: str = "k") -> int | str:
 
     >>> parse_k("auto"), parse_k("8"), parse_k(0)
     ('auto', 8, 0)
+    >>> parse_k("\u0663")
+    Traceback (most recent call last):
+    ...
+    assistd.ground.errors.InputError: k must be 'auto' or a number of tokens 0..64, not '٣'
     """
     if value == "auto":
         return "auto"
-    if isinstance(value, bool):  # True is an int to Python, not a ceiling to a user
-        value = None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, int) and 0 <= value <= K_LIMIT:
-        return value
+    n = None
+    if isinstance(value, int) and not isinstance(value, bool):  # True is no ceiling
+        n = value
+    elif isinstance(value, str) and value.isascii() and value.strip().isdigit():
+        n = int(value.strip())  # ASCII digits only: int() also takes "1_0", "+3", "٣"
+    if n is not None and 0 <= n <= K_LIMIT:
+        return n
     raise InputError(f"{what} must be 'auto' or a number of tokens 0..{K_LIMIT}, not {value!r}")
