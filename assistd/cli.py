@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import sqlite3
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -221,20 +219,9 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
             show(batch.repos, batch.transcripts,
                  enforce_budget(store, budget, protect, batch.started_utc))
 
-    watcher.on_batch = on_batch
-    stop = threading.Event()
-    # SIGTERM (a service manager, `kill`) stops as cleanly as Ctrl-C: the batch in hand
-    # is committed, the observer joined and the database closed.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    # SIGINT too, explicitly: a process started with SIGINT ignored (inherited from its
-    # parent, as under an asyncio test runner) would otherwise never see KeyboardInterrupt.
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        watcher.run(stop)
-    except KeyboardInterrupt:
-        pass
+    try:  # SIGTERM or Ctrl-C: the batch in hand is committed, the observer joined
+        watcher.run_until_stopped(on_batch)
     finally:
-        watcher.stop()
         store.close()
     click.echo("stopped", err=True)
 
@@ -882,9 +869,9 @@ def serve(config_file, print_config, **flags):
             click.echo(f"token_path = {json.dumps(str(config.token_path()))}")
         return
     from assistd.serving.daemon import serve as run
-    from editors.completer import host
+    from editors.server import serve_hosted
 
-    run(config, lsp_host=host)  # the roof composes: the daemon hosts editors' sessions
+    run(config, lsp_host=serve_hosted)  # the roof composes: the daemon hosts editor sessions
 
 
 @cli.command()
@@ -954,16 +941,10 @@ def mcp(no_daemon, model, n_ctx, db, log_file, verbose):
         claude mcp add assistd -- assistd mcp
         assistd mcp --no-daemon --db /tmp/history.db
     """
-    import logging
-
+    from assistd.ground.logs import setup_logging
     from assistd.serving.mcp_server import serve_stdio
 
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    handlers[0].setLevel(logging.WARNING)
-    if log_file is not None:
-        handlers.append(logging.FileHandler(log_file))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_file, verbose)
     serve_stdio(use_daemon=not no_daemon, model=model, db=db, n_ctx=n_ctx)
 
 
@@ -1011,6 +992,7 @@ def lsp(stdio, tcp, allow_remote, log_file, verbose, use_daemon):
     """
     import logging
 
+    from assistd.ground.logs import setup_logging
     from editors.server import build_server
 
     if tcp is not None and stdio:
@@ -1018,26 +1000,26 @@ def lsp(stdio, tcp, allow_remote, log_file, verbose, use_daemon):
     if tcp is not None and tcp[0] not in _LOOPBACK and not allow_remote:
         raise click.UsageError(f"--tcp {tcp[0]} is not a loopback address; anyone who can reach"
                                " it could read your code: pass --allow-remote to mean it")
-    handlers = [logging.StreamHandler()]
-    handlers[0].setLevel(logging.WARNING)
-    if log_file is not None:
-        handlers.append(logging.FileHandler(log_file))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    completer = None
+    setup_logging(log_file, verbose)
     if use_daemon is not False:
-        from assistd.serving.client import find_daemon, socket_path
+        from assistd.serving.client import find_daemon, pipe_lsp, pipe_lsp_tcp, socket_path
+        from assistd.serving.lsp_host import lsp_socket_for
 
         client = find_daemon()
         if client is None and use_daemon:
             raise InputError(f"no daemon answers on {socket_path()}; start `assistd serve`")
         if client is not None:
-            from editors.remote import RemoteCompleter
-
-            completer = RemoteCompleter(client)
-            logging.getLogger("assistd.lsp").info("completions run on the daemon at %s",
-                                                  client.path)
-    server = build_server(completer=completer)
+            # The language server runs in the daemon, on its Target and history; this
+            # process only carries the bytes (the editor's connection to it).
+            path = lsp_socket_for(client.path)
+            logging.getLogger("assistd.lsp").info("the language server runs in the daemon"
+                                                  " (%s)", path)
+            if tcp is None:
+                pipe_lsp(path, sys.stdin.buffer, sys.stdout.buffer)
+            else:
+                pipe_lsp_tcp(path, tcp)
+            return
+    server = build_server()
     if tcp is not None:
         server.start_tcp(*tcp)
     else:

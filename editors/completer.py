@@ -157,6 +157,7 @@ class Completer:
         self.shared = shared
         self.runtime: Runtime | None = shared
         self.owner = "lsp"  # labels this session's KV sequence in the daemon's status
+        self.host = ""  # hosted by the daemon: its editor socket and session number
         self.counters = Counters()
         # uri -> (doc id, scope, sha1 of the text, monotonic time it was tokenized)
         self._buffers: dict[str, tuple[int, str, str, float]] = {}
@@ -177,6 +178,9 @@ class Completer:
         """New settings; a changed model, backend, n_ctx or db reopens those parts."""
         if settings.engine_key() != self.settings.engine_key() and self.shared is None:
             self.close()
+        elif self.shared is not None and settings.engine_key() != Settings().engine_key():
+            log.warning("the daemon's Target and history serve this editor: the model,"
+                        " backend, n_ctx and db settings are the daemon's (`assistd serve`)")
         self.settings = settings
         self._last.clear()
 
@@ -384,42 +388,16 @@ class Completer:
     def stats(self) -> dict:
         """The tuner's report (``assistd stats``), user acceptance, and server counters."""
         self.open()
-        return {**self.runtime.stats(), "server": {**self.counters.as_dict(), **self.state()}}
+        out = {**self.runtime.stats(), "server": {**self.counters.as_dict(), **self.state()}}
+        if self.host:
+            out["daemon"] = self.host
+        return out
 
     def state(self) -> dict:
         """Sizes of the per-document state (bounded: closing a document empties its share)."""
         return {"buffers_indexed": len(self._buffers), "prompt_windows": len(self._windows),
                 "type_through_entries": len(self._last), "pending_suggestions": len(self._pending),
                 "history_tokens": self.index.tokens() if self.index is not None else 0}
-
-    # -- the daemon's protocol ---------------------------------------------------
-
-    def op(self, op: str, args: dict):
-        """One operation from a remote LSP server (:mod:`editors.remote`), JSON in and out.
-        Raises :class:`InputError` for an unknown ``op``."""
-        from editors.settings import parse_settings
-
-        if op == "configure":
-            settings, _ = parse_settings(args.get("settings") or {})
-            self.configure(settings)
-            return None
-        if op == "complete":
-            req = Request(uri=args["uri"], text=args["text"], offset=int(args["offset"]),
-                          language=args.get("language") or "plaintext",
-                          buffers=args.get("buffers") or {})
-            cancel = args.get("_cancel")
-            if cancel is not None:
-                req.cancel = cancel
-            return self.complete(req).as_dict()
-        if op == "reindex":
-            return self.reindex(args["uri"])
-        if op == "drop_buffer":
-            return self.drop_buffer(args["uri"])
-        if op == "event":
-            return self.event(args["id"], args["event"], int(args.get("accepted_chars", 0)))
-        if op == "stats":
-            return self.stats()
-        raise InputError(f"unknown LSP operation {op!r}")
 
     @staticmethod
     def _rel(uri: str, scope: str | None) -> str:
@@ -430,14 +408,3 @@ class Completer:
             return path.relative_to(scope).as_posix()
         except ValueError:
             return path.as_posix()
-
-
-# -- the daemon's host for editor sessions -------------------------------------------
-
-def host(service, session: str) -> Completer:
-    """Editor session ``session`` hosted by the daemon (``assistd serve``): a Completer
-    over the daemon's runtime. The CLI registers this with the serving layer, which
-    calls :meth:`Completer.op` for each operation a remote LSP server sends."""
-    c = Completer(shared=service.runtime)
-    c.owner = f"lsp:{session}"
-    return c

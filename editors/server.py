@@ -58,15 +58,16 @@ class _Protocol(LanguageServerProtocol):
 class AssistdServer(LanguageServer):
     """The server object: pygls's LanguageServer plus the worker and per-document jobs."""
 
-    def __init__(self, settings: Settings | None = None, completer=None):
+    def __init__(self, settings: Settings | None = None, completer=None, worker=None):
         super().__init__("assistd", __version__,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=_Protocol)
         self.settings = settings or Settings()
-        # In-process, or a RemoteCompleter: the daemon's engine (editors/remote.py).
         self.completer = completer if completer is not None else Completer(self.settings)
         # One thread: the Target, its KV cache, SQLite and the index are single-threaded.
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assistd-engine")
+        # Hosted by the daemon, the daemon's scheduler at editor priority instead.
+        self.worker = worker or ThreadPoolExecutor(max_workers=1,
+                                                   thread_name_prefix="assistd-engine")
         self.latest: dict[str, Request] = {}  # uri -> newest completion request
         self._reported: set[str] = set()  # error messages already shown (once each)
 
@@ -176,11 +177,12 @@ def _param(params: Any, name: str, default=None):
     return getattr(params, name, default)
 
 
-def build_server(settings: Settings | None = None, completer=None) -> AssistdServer:
+def build_server(settings: Settings | None = None, completer=None,
+                 worker=None) -> AssistdServer:
     """A configured server; start it with ``start_io()`` or ``start_tcp(host, port)``.
-    ``completer``: the engine side (default: an in-process :class:`Completer`; a
-    :class:`editors.remote.RemoteCompleter` to run on the daemon)."""
-    server = AssistdServer(settings, completer)
+    ``completer``: the engine side (default: a :class:`Completer` that opens its own
+    runtime); ``worker``: the executor its calls run on (default: one thread)."""
+    server = AssistdServer(settings, completer, worker)
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: AssistdServer, params: types.InitializeParams):
@@ -281,3 +283,18 @@ def build_server(settings: Settings | None = None, completer=None) -> AssistdSer
         ls.worker.submit(ls.completer.close).result(timeout=30)
 
     return server
+
+
+def serve_hosted(runtime, executor, reader, writer, *, label: str = "") -> None:
+    """One editor connection hosted by the daemon (the factory ``assistd serve``
+    registers): a language server over ``reader``/``writer`` (the connection's binary
+    streams), its :class:`Completer` on the daemon's ``runtime``, every engine call on
+    ``executor`` (the daemon's scheduler at editor priority). Returns when the client
+    exits or disconnects; the session's buffers then leave the shared history index."""
+    completer = Completer(shared=runtime)
+    completer.owner, completer.host = f"lsp:{label.rpartition('#')[2]}", label
+    server = build_server(completer=completer, worker=executor)
+    try:
+        server.start_io(reader, writer)
+    finally:
+        executor.submit(completer.close).result(timeout=30)

@@ -146,6 +146,35 @@ class HistoryWatcher:
             self.process_batch(timeout=poll_s)
             self._check_roots()
 
+    def run_until_stopped(self, on_batch: Callable[[BatchReport], None] | None = None,
+                          poll_s: float = 1.0) -> None:
+        """:meth:`run` until SIGTERM or SIGINT (Ctrl-C), then :meth:`stop`.
+
+        Call from the main thread (only it can install signal handlers), after
+        :meth:`start` and :meth:`scan`; ``on_batch``, when given, replaces
+        :attr:`on_batch`. SIGTERM (a service manager, ``kill``) stops as cleanly as
+        Ctrl-C: the batch in hand is committed and the observer joined. SIGINT is
+        handled explicitly too: a process started with SIGINT ignored (inherited from
+        its parent, as under an asyncio test runner) would otherwise never see
+        KeyboardInterrupt. The previous handlers are back on return; closing the
+        store stays with the caller."""
+        import signal
+
+        if on_batch is not None:
+            self.on_batch = on_batch
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.run(stop, poll_s)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                if handler is not None:  # None: installed outside Python, cannot restore
+                    signal.signal(sig, handler)
+
     def _check_roots(self) -> None:
         """A repository deleted while watched takes its inotify watch with it: warn, and
         when it comes back (re-cloned, restored), watch and scan it again."""

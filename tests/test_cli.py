@@ -275,7 +275,9 @@ def test_complete_on_the_torch_backend_shares_the_history(repo, tmp_path):
     db = tmp_path / "h.db"
     f = repo / "users.py"
     assert assistd("index", repo, db=db).returncode == 0  # built with the llama tokenizer
-    r = assistd("complete", "--file", f, "--line", 15, "--column", 1,
+    # A fixed ceiling: under --k auto a fresh tuner calibrates t(n) by the wall clock, and
+    # on a loaded machine (a full test run on 2 cores) it measured drafting as not paying.
+    r = assistd("complete", "--file", f, "--line", 15, "--column", 1, "--k", "8",
                 "--backend", "torch", "--device", "cpu", "--json", db=db)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -350,24 +350,38 @@ def test_a_second_daemon_on_the_same_socket_is_refused(daemon, tmp_path):
 # -- assistd lsp as a client of the daemon -----------------------------------------------------
 
 
-async def test_lsp_runs_on_the_daemon(daemon, tmp_path):
+async def test_lsp_runs_on_the_daemon(daemon, tmp_path, target):
+    """`assistd lsp` with a daemon running pipes the editor to the language server the
+    daemon hosts: two editors at once, one Target and history, each its own session and
+    buffers; a session (and its buffers in the shared index) ends with its connection."""
     from tests.lsp_helpers import inline, lsp_session, open_doc, stats
 
     before = daemon.status()["requests"]["lsp"]
-    path = daemon.repo / "new.py"
-    async with lsp_session(daemon.db, env={"ASSISTD_SOCKET": str(daemon.socket)}) as (client, _):
-        uri = open_doc(client, path, PATTERN * 4 + "def f4():\n    return")
-        text = await inline(client, uri, 37, 10)
-        assert text == " 4"  # line mode: up to the end of the line
-        assert daemon.status()["lsp_sessions"] == 1
-        report = await stats(client)
-        assert report["daemon"] == str(daemon.socket)
-        assert report["server"]["generations"] >= 1
-    assert daemon.status()["requests"]["lsp"] > before
+    env = {"ASSISTD_SOCKET": str(daemon.socket)}
+    text = PATTERN * 4 + "def f4():\n    return"
+    async with lsp_session(daemon.db, env=env) as (a, _), lsp_session(daemon.db, env=env) as (b, _):
+        uri_a = open_doc(a, daemon.repo / "new.py", text)
+        uri_b = open_doc(b, daemon.repo / "other.py", text)
+        assert await inline(a, uri_a, 37, 10) == " 4"  # line mode: up to the end of the line
+        assert await inline(b, uri_b, 37, 10) == " 4"
+        st = daemon.status()
+        assert st["lsp_sessions"] == 2 and st["editors"]["socket"].endswith(".lsp.sock")
+        report_a, report_b = await stats(a), await stats(b)
+        assert report_a["daemon"] != report_b["daemon"]  # two sessions on one daemon
+        assert report_a["daemon"].startswith(st["editors"]["socket"] + "#")
+        assert report_a["server"]["generations"] >= 1
+        assert report_a["server"]["buffers_indexed"] == report_b["server"]["buffers_indexed"] == 1
+        # Both buffers are in the one history index the daemon's requests draft from.
+        during = daemon.status()["history_tokens_loaded"]
+        owners = {s["owner"] for s in st["sequences"]["slots"]} - {None}
+        assert any(o.startswith("lsp:") for o in owners)
+    assert daemon.status()["requests"]["lsp"] >= before + 2
     deadline = time.monotonic() + 30
     while daemon.status()["lsp_sessions"] and time.monotonic() < deadline:
-        time.sleep(0.1)  # shutdown closed the session on the daemon
+        time.sleep(0.1)  # the editors exited: their sessions closed on the daemon
     assert daemon.status()["lsp_sessions"] == 0
+    # Their buffers left the shared index (the daemon's tokenizer is the fixture's).
+    assert daemon.status()["history_tokens_loaded"] == during - 2 * len(target.tokenize(text))
 
 
 # -- crash safety: kill -9 while the daemon ingests, then restart --------------------------------

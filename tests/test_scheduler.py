@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from assistd.serving.scheduler import AGENT, EDITOR, SHELL, Scheduler
+from assistd.runtime.scheduler import AGENT, EDITOR, SHELL, Scheduler
 
 
 @pytest.fixture

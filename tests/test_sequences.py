@@ -13,7 +13,7 @@ import pytest
 
 from assistd.runtime.sequences import SequencePool
 from assistd.serving.config import Config
-from assistd.serving.scheduler import AGENT, EDITOR
+from assistd.runtime.scheduler import AGENT, EDITOR
 from assistd.serving.service import GenerationRequest, Service
 from assistd.targets.base import choose_sequences
 from assistd.targets.llama import LlamaTarget, kv_bytes_per_token

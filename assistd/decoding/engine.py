@@ -120,7 +120,7 @@ def generate(
     every step (one Target call): when it returns True the loop ends with stop_reason
     ``"cancelled"``, so a cancelled request costs at most one more round.
     ``between_rounds``, when given, is called before every step too; it may use the
-    Target for other work (a more urgent request, :meth:`assistd.serving.scheduler.Scheduler.preempt`)
+    Target for other work (a more urgent request, :meth:`assistd.runtime.scheduler.Scheduler.preempt`)
     and returns True if it did: the KV cache is then restored to the committed tokens
     (prefix reuse, re-evaluating what the other work evicted) before the step, so the
     output is the same as without the interruption. A Target whose batched evaluation

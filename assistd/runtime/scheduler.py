@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 
 log = logging.getLogger("assistd.scheduler")
@@ -51,6 +51,7 @@ class SchedulerStats:
     completed: int = 0
     failed: int = 0
     preemptions: int = 0  # jobs run between the rounds of a less urgent one
+    by_name: dict[str, int] = field(default_factory=dict)  # submitted jobs per name
     queue_ms_total: float = 0.0
     queue_ms_max: float = 0.0
 
@@ -82,11 +83,18 @@ class Scheduler:
             heapq.heappush(self._heap, _Job(priority, next(self._seq), fn, fut, name,
                                             time.monotonic()))
             self.stats.submitted += 1
+            self.stats.by_name[name] = self.stats.by_name.get(name, 0) + 1
             self._cv.notify()
         return fut
 
     def on_thread(self) -> bool:
         return threading.current_thread() is self._thread
+
+    def executor(self, priority: int, name: str = "") -> Executor:
+        """This scheduler as a :class:`concurrent.futures.Executor` whose jobs run at
+        ``priority`` (``loop.run_in_executor`` takes it): a front end written for a
+        worker thread of its own runs on the engine thread unchanged."""
+        return _PriorityExecutor(self, priority, name)
 
     def preempt(self) -> bool:
         """Run every queued job more urgent than the running one, here and now.
@@ -155,3 +163,15 @@ class Scheduler:
             job.future.set_result(result)
         finally:
             self._running.pop()
+
+
+class _PriorityExecutor(Executor):
+    def __init__(self, scheduler: Scheduler, priority: int, name: str):
+        self.scheduler, self.priority, self.name = scheduler, priority, name
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        return self.scheduler.submit(lambda: fn(*args, **kwargs), self.priority,
+                                     f"{self.name}:{getattr(fn, '__name__', 'job')}")
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass  # the scheduler outlives its executors: Scheduler.stop ends it

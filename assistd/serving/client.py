@@ -85,3 +85,64 @@ def find_daemon(path: Path | None = None) -> DaemonClient | None:
         return client
     client.close()
     return None
+
+
+def pipe_lsp(path: Path, stdin, stdout) -> None:
+    """``assistd lsp`` through the daemon: copy bytes between the editor (``stdin`` and
+    ``stdout``, binary streams) and the daemon's editor socket ``path`` until either side
+    closes. The language server runs in the daemon (:mod:`assistd.serving.lsp_host`).
+    Raises :class:`InputError` when the socket does not answer."""
+    import socket
+    import threading
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except OSError as e:
+        sock.close()
+        raise InputError(f"the daemon's editor socket {path} does not answer ({e.strerror});"
+                         " restart `assistd serve`, or run `assistd lsp --no-daemon`") from None
+
+    def editor_to_daemon() -> None:
+        try:
+            while data := stdin.read1(65536):
+                sock.sendall(data)
+        except OSError:
+            pass
+        finally:  # the editor closed its end: let the server see end of file
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    threading.Thread(target=editor_to_daemon, name="assistd-lsp-pipe", daemon=True).start()
+    try:
+        while data := sock.recv(65536):
+            stdout.write(data)
+            stdout.flush()
+    except (OSError, ValueError):  # the editor went away mid-write
+        pass
+    finally:
+        sock.close()
+
+
+def pipe_lsp_tcp(path: Path, address: tuple[str, int]) -> None:
+    """``assistd lsp --tcp`` through the daemon: listen on ``address`` (HOST, PORT) and
+    pipe each TCP connection to the daemon's editor socket ``path`` (:func:`pipe_lsp`),
+    until interrupted."""
+    import socket
+    import threading
+
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(address)
+        srv.listen(8)
+        while True:
+            conn, _ = srv.accept()
+
+            def serve(c=conn):
+                with c, c.makefile("rb") as r, c.makefile("wb") as w:
+                    pipe_lsp(path, r, w)
+
+            threading.Thread(target=serve, daemon=True).start()

@@ -214,9 +214,11 @@ class WatcherThread:
 
 def serve(config: Config, *, lsp_host=None) -> None:
     """Run the daemon until SIGTERM/SIGINT. ``lsp_host``: the factory of hosted editor
-    sessions (see :class:`~assistd.serving.service.Service`; None: the daemon refuses
-    them). Raises :class:`InputError` (sockets, token) and :class:`ModelError` (the
-    Target) before anything is served."""
+    sessions, served on the socket beside the API's (:mod:`assistd.serving.lsp_host`;
+    None: no editor socket). Raises :class:`InputError` (sockets, token) and
+    :class:`ModelError` (the Target) before anything is served."""
+    from assistd.serving.lsp_host import LspHost, lsp_socket_for
+
     import uvicorn
 
     from assistd.serving.api import build_app
@@ -232,16 +234,19 @@ def serve(config: Config, *, lsp_host=None) -> None:
     sock_path = config.socket_path()
     if socket_answers(sock_path):  # fail before the load, not after it
         raise InputError(f"a daemon already answers on {sock_path}; `assistd status` shows it")
-    service = Service(config, lsp_host=lsp_host)
+    service = Service(config)
     log.info("loading the Target (%s)", config.model or "embedded default")
     service.start()
     # Listen only once the Target is loaded: a socket that does not answer would make
     # clients wait, and `assistd complete` would rather run in-process meanwhile.
     sockets = []
+    lsp_path = lsp_socket_for(sock_path)
     try:
         sockets.append(bind_unix(sock_path))
         if tcp is not None:
             sockets.append(bind_tcp(*tcp))
+        if lsp_host is not None:
+            service.editors = LspHost(bind_unix(lsp_path), lsp_path, lsp_host, service)
     except BaseException:
         for s in sockets:
             s.close()
@@ -249,6 +254,8 @@ def serve(config: Config, *, lsp_host=None) -> None:
             sock_path.unlink(missing_ok=True)
         service.close()
         raise
+    if service.editors is not None:
+        service.editors.start()
     watcher = WatcherThread(config, service.target.tokenize, service.target.fingerprint)
     service.watcher = watcher
     watcher.start()
@@ -269,7 +276,9 @@ def serve(config: Config, *, lsp_host=None) -> None:
     try:
         asyncio.run(main())
     finally:
-        log.info("stopping: watcher, engine, store")
+        log.info("stopping: editor sessions, watcher, engine, store")
+        if service.editors is not None:
+            service.editors.stop()
         watcher.stop()
         service.close()
         with contextlib.suppress(FileNotFoundError):

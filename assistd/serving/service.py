@@ -1,11 +1,10 @@
-"""The daemon's engine: one Target, the history index, the tuner and the store, behind
-one :class:`~assistd.serving.scheduler.Scheduler` thread.
+"""The daemon's engine: one :class:`~assistd.runtime.runtime.Runtime` behind one
+:class:`~assistd.runtime.scheduler.Scheduler` thread.
 
-Every front end (the local API, the MCP tools, ``assistd complete`` and ``assistd
-lsp`` through the daemon) turns its request into a job here; the job runs the one
-engine path, history -> proposer -> Target -> verification -> ledger
-(:func:`assistd.decoding.engine.generate`). Methods named ``*_job`` run on the scheduler's
-thread; the public ones submit them and return futures.
+The local API, the MCP tools and ``assistd complete`` through the daemon turn their
+requests into jobs here; editor sessions (``assistd lsp`` through the daemon) run
+their own jobs on the same scheduler (:mod:`assistd.serving.lsp_host`). Methods named
+``*_job`` run on the scheduler's thread; the public ones submit them and return futures.
 """
 
 from __future__ import annotations
@@ -19,16 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistd.serving.config import Config
-from assistd.ground.errors import InputError
 from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
-from assistd.serving.scheduler import AGENT, EDITOR, SHELL, Scheduler
+from assistd.runtime.scheduler import AGENT, EDITOR, SHELL, Scheduler
 
 log = logging.getLogger("assistd.service")
 
-# An LSP session not heard from for this long is closed (its editor died without a
-# shutdown): its buffers leave the shared history index.
-LSP_SESSION_IDLE_S = 3600.0
 
 
 @dataclass
@@ -102,17 +97,13 @@ class Service:
     :class:`ModelError`, :class:`HistoryError`). Thread-safe: submit from anywhere.
     """
 
-    def __init__(self, config: Config, *, lsp_host: Callable[[Service], object] | None = None):
+    def __init__(self, config: Config):
         self.config = config
         self.scheduler = Scheduler()
         self.runtime = None  # the one Runtime, opened by start() on the scheduler thread
         self.model_id = ""
         self.started_at = time.time()
-        # Editor sessions are hosted by a front end registered here (the CLI passes
-        # editors' LSP host): the serving layer knows no editor.
-        self._lsp_host = lsp_host
-        self.lsp_sessions: dict[str, object] = {}
-        self._lsp_seen: dict[str, float] = {}  # session -> monotonic time of its last call
+        self.editors = None  # the daemon's LspHost (editor sessions), when it hosts one
         self.requests = {"api": 0, "lsp": 0, "complete": 0, "mcp": 0}
         self.tokens_generated = 0
         self.generations_cancelled = 0  # stopped early: the client hung up or cancelled
@@ -158,9 +149,6 @@ class Service:
         self.scheduler.stop()
 
     def _close_job(self) -> None:
-        for session in list(self.lsp_sessions.values()):
-            session.close()
-        self.lsp_sessions.clear()
         if self.runtime is not None:
             self.runtime.close()  # every ledger row is committed per generation already
 
@@ -251,35 +239,6 @@ class Service:
         out["daemon"] = True
         return out
 
-    # -- LSP sessions (assistd lsp as a client of the daemon) ---------------------------
-
-    def lsp_job(self, session: str, op: str, args: dict):
-        """Run one operation of LSP session ``session`` (engine thread) on the registered
-        host's session object (``op``: ``configure``, ``complete``, ``reindex``,
-        ``drop_buffer``, ``event``, ``stats``, ``close``). Raises :class:`InputError`
-        when no editor host is registered, or for an unknown ``op``."""
-        if self._lsp_host is None:
-            raise InputError("this daemon hosts no editor sessions")
-        now = time.monotonic()
-        for other, seen in list(self._lsp_seen.items()):
-            if now - seen > LSP_SESSION_IDLE_S and other != session:
-                log.info("closing LSP session %s: idle for %.0f s", other, now - seen)
-                self.lsp_sessions.pop(other).close()
-                del self._lsp_seen[other]
-        self._lsp_seen[session] = now
-        host = self.lsp_sessions.get(session)
-        if host is None:
-            if op == "close":
-                self._lsp_seen.pop(session, None)
-                return None
-            host = self.lsp_sessions[session] = self._lsp_host(self, session)
-        if op == "close":
-            host.close()
-            del self.lsp_sessions[session]
-            self._lsp_seen.pop(session, None)
-            return None
-        return host.op(op, args)
-
     # -- reports -----------------------------------------------------------------------
 
     def stats_job(self, scope: str | None = None) -> dict:
@@ -298,14 +257,16 @@ class Service:
                                               "numerics": t.numerics,
                                               "speculation_off": t.speculation_off},
             "uptime_s": round(time.time() - self.started_at, 1),
-            "requests": dict(self.requests),
+            # Editor sessions submit their own jobs (named "lsp:complete" and so on).
+            "requests": {**self.requests, "lsp": s.by_name.get("lsp:complete", 0)},
             "tokens_generated": self.tokens_generated,
             "generations_cancelled": self.generations_cancelled,
             "jobs_running": self.scheduler.running(),
             "jobs_queued": self.scheduler.queued(),
             "scheduler": {**s.__dict__, "queue_ms_total": round(s.queue_ms_total, 1),
                           "queue_ms_max": round(s.queue_ms_max, 1)},
-            "lsp_sessions": len(self.lsp_sessions),
+            "lsp_sessions": len(self.editors.sessions) if self.editors is not None else 0,
+            "editors": self.editors.status() if self.editors is not None else None,
             "sequences": self.runtime.sequences.status() if self.runtime is not None else None,
             "history_scopes_loaded": self.index.scopes() if self.index is not None else [],
             "history_tokens_loaded": self.index.tokens() if self.index is not None else 0,
