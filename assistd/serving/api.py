@@ -10,12 +10,18 @@ Endpoints:
   ``proposer``, ``k``, the history ``scope`` (a repository path), ``language`` and
   ``priority`` (editor, shell, agent).
 - ``GET /v1/models``, ``GET /v1/assistd/stats``, ``GET /v1/assistd/status``, ``GET /healthz``.
-- ``POST /v1/assistd/complete`` (``assistd complete``) and ``POST /v1/assistd/lsp``
-  (``assistd lsp``): the CLI front ends as clients of the daemon.
+- ``POST /v1/assistd/complete`` (``assistd complete``, the MCP tools): the shell front
+  end as a client of the daemon. Editors (``assistd lsp``) use the socket beside this
+  one (:mod:`assistd.serving.lsp_host`).
 
 Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``, with
 a 4xx status for the client's mistakes. On a TCP listener every request needs
 ``Authorization: Bearer <token>``; the Unix socket is protected by its 0600 mode.
+
+The wire shapes (request models, checks, response bodies) live in
+:mod:`assistd.serving.openai_wire`; this module is the HTTP side: reading a body,
+the handlers (parse, check, build a GenerationRequest, run it, shape the answer),
+streaming, routes, error handlers and the token.
 """
 
 from __future__ import annotations
@@ -24,96 +30,172 @@ import asyncio
 import hmac
 import json
 import logging
-import threading
 import time
-import uuid
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from assistd.ground.errors import AssistdError, InputError, ModelError
-from assistd.ground.options import parse_k
-from assistd.ground.sampling import SamplingParams
-from assistd.serving.scheduler import AGENT, EDITOR, PRIORITIES, SHELL
+from assistd.runtime.scheduler import AGENT, EDITOR, PRIORITIES
+from assistd.serving.openai_wire import (  # noqa: F401 - re-exported: the API's names
+    ApiError,
+    AssistdOptions,
+    ChatRequest,
+    CompletionRequest,
+    Message,
+    _Common,
+    _validation_message,
+    check_chat,
+    check_common,
+    check_model,
+    check_prompt_bytes,
+    check_prompt_tokens,
+    check_proposer,
+    check_token_ids,
+    chunk_body,
+    completion_body,
+    completion_prompt,
+    error_body,
+    error_type,
+    model_body,
+    model_list_body,
+    parse_request,
+    response_id,
+    sampling_of,
+    stop_list,
+    usage,
+    usage_chunk_body,
+)
 from assistd.serving.service import GenerationRequest, GenerationResult, Service
 
 log = logging.getLogger("assistd.api")
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = (
-            status, message, param, code, kind)
-
-
 def _error(status: int, message: str, param=None, code=None, kind="invalid_request_error"):
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param,
-                                   "code": code}}, status_code=status)
+    return JSONResponse(error_body(message, param, code, kind), status_code=status)
 
 
-# -- request models ----------------------------------------------------------------
+def _sse(body: dict) -> str:
+    return f"data: {json.dumps(body)}\n\n"
 
 
-class AssistdOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    proposer: str | None = None
-    k: int | Literal["auto"] | None = Field(None)
-    scope: str | None = None
-    language: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+#-]{1,64}$")
-    priority: Literal["editor", "shell", "agent"] | None = None
+async def _read_json(request: Request, limit: int) -> dict:
+    """The request's JSON object, at most ``limit`` bytes (max_request_bytes)."""
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > limit:
+        raise ApiError(413, f"request body of {size} bytes is over the limit of"
+                            f" {limit} (max_request_bytes)", code="request_too_large")
+    body = await request.body()
+    if len(body) > limit:
+        raise ApiError(413, f"request body over {limit} bytes", code="request_too_large")
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"request body is not valid JSON: {e}",
+                       code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    return data
 
 
-class _Common(BaseModel):
-    # strict: "5" is not a number of tokens, "yes" is not a boolean (as OpenAI answers)
-    model_config = ConfigDict(extra="ignore", strict=True)
-    model: str
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    repetition_penalty: float = Field(1.0, gt=0)
-    seed: int | None = Field(None, ge=0)
-    stop: str | list[str] | None = None
-    stream: bool = False
-    stream_options: dict | None = None
-    n: int = Field(1, ge=1)
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    logprobs: bool | int | None = None
-    response_format: dict | None = None
-    assistd: AssistdOptions | None = None
+def _known_proposers() -> list[str]:
+    from proposers import available
+
+    return ["none"] + [p for p in available() if p != "draft_model"]
 
 
-class CompletionRequest(_Common):
-    max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for /v1/completions
-    prompt: str | list[str] | list[int]
-    echo: bool = False
-    suffix: str | None = None
+def _priority_of(req: _Common) -> int:
+    a = req.assistd
+    return PRIORITIES[a.priority] if a is not None and a.priority else AGENT
 
 
-class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[dict] | None  # required; null only makes sense with tool calls
+def _usage(gen: GenerationRequest, r: GenerationResult) -> dict:
+    return usage(len(gen.prompt), len(r.tokens), ledger=r.ledger, proposer=r.proposer,
+                 k=r.k, stop_reason=r.stop_reason, queue_ms=r.queue_ms)
 
 
-class ChatRequest(_Common):
-    messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    tools: list | None = None
+# -- running a generation ---------------------------------------------------------------
 
 
-def _validation_message(e: ValidationError) -> tuple[str, str | None]:
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
-    return f"{loc}: {err['msg']}" if loc else err["msg"], (loc or None)
+async def _wait(request: Request, gen: GenerationRequest, future) -> GenerationResult:
+    """The result of ``future`` (a non-streamed generation). A client that hangs up (an
+    agent's own timeout or cancel) stops the generation within one round instead of
+    holding the Target."""
+    fut = asyncio.wrap_future(future)
+    try:
+        while not fut.done():
+            await asyncio.wait({fut}, timeout=0.25)
+            if not fut.done() and await request.is_disconnected():
+                gen.cancel.set()
+        return await fut
+    except asyncio.CancelledError:
+        gen.cancel.set()
+        raise
+
+
+def _start_streaming(service: Service, gen: GenerationRequest, priority: int) -> asyncio.Queue:
+    """Start ``gen``: its pieces of text arrive on the queue as ``("text", str)``, then
+    ``("done", its future)``."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def post(item) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: the client and server are gone
+            gen.cancel.set()
+
+    gen.on_text = lambda text: post(("text", text))
+    fut = service.generate(gen, priority)
+    fut.add_done_callback(lambda f: post(("done", f)))
+    return queue
+
+
+async def _events(queue: asyncio.Queue, gen: GenerationRequest, head: tuple, *,
+                  chat: bool, include_usage: bool):
+    """The server-sent events of a stream: chunks, the last with ``usage`` (or an
+    error), then ``data: [DONE]``. ``head``: (id, created, model)."""
+    try:
+        if chat:
+            yield _sse(chunk_body(*head, chat=True, first=True))
+        while True:
+            kind, value = await queue.get()
+            if kind == "text":
+                yield _sse(chunk_body(*head, chat=chat, text=value))
+                continue
+            try:
+                r = value.result()
+            except Exception as e:  # noqa: BLE001 - reported in the stream
+                status, message = _status_of(e)
+                yield _sse(error_body(message, kind=error_type(status)))
+                break
+            u = _usage(gen, r)
+            yield _sse(chunk_body(*head, chat=chat, finish_reason=r.finish_reason, usage=u))
+            if include_usage:
+                yield _sse(usage_chunk_body(*head, u, chat=chat))
+            break
+        yield "data: [DONE]\n\n"
+    finally:
+        gen.cancel.set()  # a client gone mid-stream stops the generation
+
+
+async def _respond(service: Service, request: Request, req: _Common,
+                   gen: GenerationRequest, *, chat: bool):
+    """Run ``gen`` and answer: one JSON body, or a stream when ``req.stream``."""
+    head = (response_id(chat), int(time.time()), service.model_id)
+    if not req.stream:
+        r = await _wait(request, gen, service.generate(gen, _priority_of(req)))
+        return JSONResponse(completion_body(*head, r.text, r.finish_reason, _usage(gen, r),
+                                            chat=chat))
+    queue = _start_streaming(service, gen, _priority_of(req))
+    include_usage = bool((req.stream_options or {}).get("include_usage"))
+    return StreamingResponse(_events(queue, gen, head, chat=chat, include_usage=include_usage),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
 
 
 # -- the application ------------------------------------------------------------------
@@ -122,260 +204,70 @@ def _validation_message(e: ValidationError) -> tuple[str, str | None]:
 def build_app(service: Service, token: str | None = None) -> Starlette:
     """The ASGI app over ``service``. ``token``: the bearer token TCP requests need."""
     config = service.config
-    lsp_inflight: dict[str, threading.Event] = {}
-
-    async def read_json(request: Request) -> dict:
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > config.max_request_bytes:
-            raise ApiError(413, f"request body of {size} bytes is over the limit of"
-                                f" {config.max_request_bytes} (max_request_bytes)",
-                           code="request_too_large")
-        body = await request.body()
-        if len(body) > config.max_request_bytes:
-            raise ApiError(413, f"request body over {config.max_request_bytes} bytes",
-                           code="request_too_large")
-        try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"request body is not valid JSON: {e}",
-                           code="invalid_json") from None
-        if not isinstance(data, dict):
-            raise ApiError(400, "request body must be a JSON object", code="invalid_json")
-        return data
-
-    def parse(model, data):
-        try:
-            return model.model_validate(data)
-        except ValidationError as e:
-            msg, param = _validation_message(e)
-            raise ApiError(400, msg, param=param) from None
-
-    def check_common(req: _Common, max_tokens: int | None) -> None:
-        if req.model not in (service.model_id, "assistd"):
-            raise ApiError(404, f"the model {req.model!r} does not exist; this daemon serves"
-                                f" {service.model_id!r} (see GET /v1/models)",
-                           param="model", code="model_not_found")
-        if req.n != 1:
-            raise ApiError(400, "n > 1 is not supported; send separate requests", param="n")
-        if req.logprobs:
-            raise ApiError(400, "logprobs are not supported", param="logprobs")
-        if req.response_format and req.response_format.get("type", "text") != "text":
-            raise ApiError(400, "response_format other than text (JSON mode, schemas) is not"
-                                " supported", param="response_format")
-        if req.frequency_penalty or req.presence_penalty:
-            raise ApiError(400, "frequency_penalty and presence_penalty are not supported;"
-                                " use repetition_penalty", param="frequency_penalty")
-        if max_tokens is not None and max_tokens > config.max_tokens_limit:
-            raise ApiError(400, f"max_tokens {max_tokens} is over this daemon's limit of"
-                                f" {config.max_tokens_limit} (max_tokens_limit)",
-                           param="max_tokens")
-        stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
-        if len(stops) > 4:
-            raise ApiError(400, "at most 4 stop sequences", param="stop")
-        a = req.assistd
-        if a is not None and a.k is not None:
-            try:
-                parse_k(a.k, what="assistd.k")
-            except InputError as e:
-                raise ApiError(400, str(e), param="assistd.k") from None
-
     max_piece = max((len(b) for b in service.target.pieces()), default=1) or 1
 
-    def too_long(text: str) -> None:
-        """Refuse a prompt that cannot fit before tokenizing megabytes of it: a token is
-        at most ``max_piece`` bytes, so more bytes than that times n_ctx never fit."""
-        n_ctx = service.target.n_ctx
-        size = len(text.encode("utf-8", "replace"))
-        if size > n_ctx * max_piece:
-            raise ApiError(400, f"the prompt is {size} bytes, more than this model's context"
-                                f" window of {n_ctx} tokens can hold", param="prompt",
-                           code="context_length_exceeded")
+    def checked(req: _Common, max_tokens: int | None) -> None:
+        check_common(req, max_tokens, model_id=service.model_id,
+                     max_tokens_limit=config.max_tokens_limit)
 
-    def sampling_of(req: _Common) -> SamplingParams:
-        try:
-            return SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
-                                  repetition_penalty=req.repetition_penalty, seed=req.seed)
-        except ValueError as e:
-            raise ApiError(400, str(e)) from None
+    def fits(text: str) -> None:
+        check_prompt_bytes(text, n_ctx=service.target.n_ctx, max_piece=max_piece)
 
     def gen_request(req: _Common, prompt: list[int], max_tokens: int) -> GenerationRequest:
-        if not prompt:
-            raise ApiError(400, "the prompt is empty", param="prompt")
         n_ctx = service.target.n_ctx
-        if len(prompt) + 1 >= n_ctx:
-            raise ApiError(400, f"the prompt is {len(prompt)} tokens; this model's context"
-                                f" window is {n_ctx} tokens", param="prompt",
-                           code="context_length_exceeded")
+        check_prompt_tokens(len(prompt), n_ctx=n_ctx)
         a = req.assistd or AssistdOptions()
         if a.proposer is not None:
-            from proposers import available
-
-            known = ["none"] + [p for p in available() if p != "draft_model"]
-            if a.proposer not in known:
-                raise ApiError(400, f"unknown proposer {a.proposer!r}; known here:"
-                                    f" {', '.join(known)}", param="assistd.proposer")
-        stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
+            check_proposer(a.proposer, _known_proposers())
         return GenerationRequest(
             prompt=prompt, max_tokens=min(max_tokens, n_ctx - len(prompt) - 1),
-            sampling=sampling_of(req), stop=tuple(s for s in stops if s),
+            sampling=sampling_of(req), stop=tuple(s for s in stop_list(req.stop) if s),
             proposer=a.proposer, k=a.k, scope=a.scope, language=a.language or "plaintext")
 
-    def priority_of(req: _Common) -> int:
-        a = req.assistd
-        return PRIORITIES[a.priority] if a is not None and a.priority else AGENT
-
-    def usage(prompt_tokens: int, r: GenerationResult) -> dict:
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": len(r.tokens),
-                "total_tokens": prompt_tokens + len(r.tokens),
-                "assistd": {"ledger": r.ledger, "proposer": r.proposer, "k": r.k,
-                            "stop_reason": r.stop_reason, "queue_ms": r.queue_ms}}
-
-    async def run_generation(request: Request, req: _Common, gen: GenerationRequest,
-                             chat: bool):
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        created = int(time.time())
-        obj = "chat.completion" if chat else "text_completion"
-        if not req.stream:
-            fut = asyncio.wrap_future(service.generate(gen, priority_of(req)))
-            try:
-                # A client that hangs up (an agent's own timeout or cancel) stops the
-                # generation within one round instead of holding the Target.
-                while not fut.done():
-                    await asyncio.wait({fut}, timeout=0.25)
-                    if not fut.done() and await request.is_disconnected():
-                        gen.cancel.set()
-                r: GenerationResult = await fut
-            except asyncio.CancelledError:
-                gen.cancel.set()
-                raise
-            choice = ({"index": 0, "message": {"role": "assistant", "content": r.text},
-                       "finish_reason": r.finish_reason, "logprobs": None} if chat else
-                      {"index": 0, "text": r.text, "finish_reason": r.finish_reason,
-                       "logprobs": None})
-            return JSONResponse({"id": rid, "object": obj, "created": created,
-                                 "model": service.model_id, "choices": [choice],
-                                 "usage": usage(len(gen.prompt), r)})
-
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        def post(item) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop is closed: the client and server are gone
-                gen.cancel.set()
-
-        gen.on_text = lambda text: post(("text", text))
-        fut = service.generate(gen, priority_of(req))
-        fut.add_done_callback(lambda f: post(("done", f)))
-        chunk_obj = "chat.completion.chunk" if chat else "text_completion"
-        include_usage = bool((req.stream_options or {}).get("include_usage"))
-
-        def chunk(delta_text: str | None, finish: str | None, first: bool = False,
-                  extra: dict | None = None) -> str:
-            if chat:
-                delta = {"role": "assistant", "content": ""} if first else (
-                    {"content": delta_text} if delta_text is not None else {})
-                choice = {"index": 0, "delta": delta, "finish_reason": finish,
-                          "logprobs": None}
-            else:
-                choice = {"index": 0, "text": delta_text or "", "finish_reason": finish,
-                          "logprobs": None}
-            body = {"id": rid, "object": chunk_obj, "created": created,
-                    "model": service.model_id, "choices": [choice], **(extra or {})}
-            return f"data: {json.dumps(body)}\n\n"
-
-        async def events():
-            try:
-                if chat:
-                    yield chunk(None, None, first=True)
-                while True:
-                    kind, value = await queue.get()
-                    if kind == "text":
-                        yield chunk(value, None)
-                        continue
-                    try:
-                        r = value.result()
-                    except Exception as e:  # noqa: BLE001 - reported in the stream
-                        status, message = _status_of(e)
-                        yield "data: " + json.dumps({"error": {
-                            "message": message, "type": "server_error" if status >= 500
-                            else "invalid_request_error", "param": None, "code": None}}) + "\n\n"
-                        break
-                    u = usage(len(gen.prompt), r)
-                    yield chunk(None, r.finish_reason, extra={"usage": u})
-                    if include_usage:
-                        body = {"id": rid, "object": chunk_obj, "created": created,
-                                "model": service.model_id, "choices": [], "usage": u}
-                        yield f"data: {json.dumps(body)}\n\n"
-                    break
-                yield "data: [DONE]\n\n"
-            finally:
-                gen.cancel.set()  # a client gone mid-stream stops the generation
-
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+    async def prompt_ids(prompt: str | list[int]) -> list[int]:
+        t = service.target
+        if not isinstance(prompt, str):
+            check_token_ids(prompt, n_vocab=t.n_vocab)
+            return list(prompt)
+        text = _valid(prompt)
+        fits(text)
+        ids = await run_in_threadpool(t.tokenize, text)
+        if (t.add_bos or not ids) and t.bos_token_id is not None:
+            ids = [t.bos_token_id] + ids
+        return ids
 
     # -- handlers ---------------------------------------------------------------------
 
     async def completions(request: Request):
-        data = await read_json(request)
-        req = parse(CompletionRequest, data)
-        check_common(req, req.max_tokens)
-        if req.echo:
-            raise ApiError(400, "echo is not supported", param="echo")
-        if req.suffix:
-            raise ApiError(400, "suffix (fill-in-the-middle) is not supported here; use"
-                                " assistd lsp for FIM", param="suffix")
-        p = req.prompt
-        if isinstance(p, list) and p and isinstance(p[0], str):
-            if len(p) != 1:
-                raise ApiError(400, "a batch of prompts is not supported; send one per request",
-                               param="prompt")
-            p = p[0]
-        t = service.target
-        if isinstance(p, str):
-            p = _valid(p)
-            too_long(p)
-            ids = await run_in_threadpool(t.tokenize, p)
-            if (t.add_bos or not ids) and t.bos_token_id is not None:
-                ids = [t.bos_token_id] + ids
-        else:
-            if any(not 0 <= i < t.n_vocab for i in p):
-                raise ApiError(400, f"token ids must be in 0..{t.n_vocab - 1}", param="prompt")
-            ids = list(p)
+        req = parse_request(CompletionRequest, await _read_json(request, config.max_request_bytes))
+        checked(req, req.max_tokens)
+        ids = await prompt_ids(completion_prompt(req))
         gen = gen_request(req, ids, req.max_tokens or 16)
-        return await run_generation(request, req, gen, chat=False)
+        return await _respond(service, request, req, gen, chat=False)
 
     async def chat_completions(request: Request):
         from assistd.runtime.chat import chat_prompt_ids, message_text
 
-        data = await read_json(request)
-        req = parse(ChatRequest, data)
+        req = parse_request(ChatRequest, await _read_json(request, config.max_request_bytes))
         max_tokens = req.max_completion_tokens or req.max_tokens
-        check_common(req, max_tokens)
-        if req.tools:
-            raise ApiError(400, "tools (function calling) are not supported", param="tools")
+        checked(req, max_tokens)
+        check_chat(req)
         messages = [{"role": m.role, "content": _valid(message_text(m.content))}
                     for m in req.messages]
-        too_long("".join(m["content"] for m in messages))
+        fits("".join(m["content"] for m in messages))
         ids = await run_in_threadpool(chat_prompt_ids, service.target, messages)
-        n_ctx = service.target.n_ctx
-        gen = gen_request(req, ids, max_tokens or min(config.max_tokens_limit, n_ctx))
-        return await run_generation(request, req, gen, chat=True)
+        default = min(config.max_tokens_limit, service.target.n_ctx)
+        gen = gen_request(req, ids, max_tokens or default)
+        return await _respond(service, request, req, gen, chat=True)
 
     async def models(request: Request):
-        return JSONResponse({"object": "list", "data": [{
-            "id": service.model_id, "object": "model", "created": int(service.started_at),
-            "owned_by": "assistd", "n_ctx": service.target.n_ctx,
-            "backend": service.target.backend}]})
+        return JSONResponse(model_list_body(service.model_id, int(service.started_at),
+                                            n_ctx=service.target.n_ctx,
+                                            backend=service.target.backend))
 
     async def model(request: Request):
-        mid = request.path_params["model"]
-        if mid not in (service.model_id, "assistd"):
-            raise ApiError(404, f"the model {mid!r} does not exist", param="model",
-                           code="model_not_found")
-        return JSONResponse({"id": service.model_id, "object": "model",
-                             "created": int(service.started_at), "owned_by": "assistd"})
+        check_model(request.path_params["model"], model_id=service.model_id)
+        return JSONResponse(model_body(service.model_id, int(service.started_at)))
 
     async def healthz(request: Request):
         return JSONResponse({"status": "ok", "model": service.model_id})
@@ -390,7 +282,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         return JSONResponse(service.status())
 
     async def complete(request: Request):
-        data = await read_json(request)
+        data = await _read_json(request, config.max_request_bytes)
         if not isinstance(data.get("prompt_text"), str):
             raise ApiError(400, "prompt_text (a string) is required", param="prompt_text")
         n = data.get("max_tokens", 64)
@@ -398,29 +290,6 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
             raise ApiError(400, f"max_tokens must be 1..{config.max_tokens_limit}",
                            param="max_tokens")
         return JSONResponse(await asyncio.wrap_future(service.complete_at(data)))
-
-    async def lsp(request: Request):
-        data = await read_json(request)
-        session, op = data.get("session"), data.get("op")
-        args = data.get("args") or {}
-        if not isinstance(session, str) or not isinstance(op, str) or not isinstance(args, dict):
-            raise ApiError(400, "need {session: str, op: str, args: object}")
-        if op == "cancel":
-            ev = lsp_inflight.get(str(args.get("request_id")))
-            if ev is not None:
-                ev.set()
-            return JSONResponse({"cancelled": ev is not None})
-        rid = args.get("request_id")
-        if op == "complete" and rid:
-            args["_cancel"] = lsp_inflight[str(rid)] = threading.Event()
-        service.requests["lsp"] += op == "complete"
-        fut = service.submit(lambda: service.lsp_job(session, op, args), EDITOR, f"lsp:{op}")
-        try:
-            result = await asyncio.wrap_future(fut)
-        finally:
-            if rid:
-                lsp_inflight.pop(str(rid), None)
-        return JSONResponse({"result": result})
 
     routes = [
         Route("/v1/completions", completions, methods=["POST"]),
@@ -430,32 +299,33 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         Route("/v1/assistd/stats", stats, methods=["GET"]),
         Route("/v1/assistd/status", status, methods=["GET"]),
         Route("/v1/assistd/complete", complete, methods=["POST"]),
-        Route("/v1/assistd/lsp", lsp, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
     ]
-
-    async def on_api_error(request, exc: ApiError):
-        return _error(exc.status, exc.message, exc.param, exc.code, exc.kind)
-
-    async def on_error(request, exc: Exception):
-        status, message = _status_of(exc)
-        if status >= 500:
-            log.error("%s %s failed: %s", request.method, request.url.path, message,
-                      exc_info=exc if not isinstance(exc, AssistdError) else None)
-        return _error(status, message, kind="server_error" if status >= 500
-                      else "invalid_request_error")
-
-    async def on_http(request, exc):
-        return _error(exc.status_code, str(exc.detail), code="not_found"
-                      if exc.status_code == 404 else None)
-
-    from starlette.exceptions import HTTPException
-
     app = Starlette(routes=routes, exception_handlers={
-        ApiError: on_api_error, AssistdError: on_error, ValueError: on_error,
-        HTTPException: on_http, Exception: on_error})
+        ApiError: _on_api_error, AssistdError: _on_error, ValueError: _on_error,
+        HTTPException: _on_http, Exception: _on_error})
     app.add_middleware(_TokenAuth, token=token)
     return app
+
+
+# -- errors and the token --------------------------------------------------------------
+
+
+async def _on_api_error(request, exc: ApiError):
+    return _error(exc.status, exc.message, exc.param, exc.code, exc.kind)
+
+
+async def _on_error(request, exc: Exception):
+    status, message = _status_of(exc)
+    if status >= 500:
+        log.error("%s %s failed: %s", request.method, request.url.path, message,
+                  exc_info=exc if not isinstance(exc, AssistdError) else None)
+    return _error(status, message, kind=error_type(status))
+
+
+async def _on_http(request, exc):
+    return _error(exc.status_code, str(exc.detail), code="not_found"
+                  if exc.status_code == 404 else None)
 
 
 def _valid(text: str) -> str:

@@ -1,0 +1,308 @@
+"""OpenAI's wire shapes for ``/v1/completions``, ``/v1/chat/completions`` and ``/v1/models``.
+
+What this module holds, and nothing about HTTP or the service:
+
+- the request models (pydantic): :class:`CompletionRequest`, :class:`ChatRequest` and
+  its :class:`Message`, their common base, and the ``assistd`` extension
+  :class:`AssistdOptions`; :func:`parse_request` turns a validation failure into a 400;
+- :class:`ApiError` and the OpenAI error body (:func:`error_body`);
+- the request checks that need only plain values (the model id, the config's limits,
+  the context window): :func:`check_common` and the others named ``check_*``;
+- pure builders of the response bodies: a completion or chat completion
+  (:func:`completion_body`), a streamed chunk (:func:`chunk_body`,
+  :func:`usage_chunk_body`), the ``usage`` object with its ``assistd`` part
+  (:func:`usage`), the model list (:func:`model_list_body`, :func:`model_body`).
+
+The shapes follow the OpenAI API reference:
+https://platform.openai.com/docs/api-reference/completions and
+https://platform.openai.com/docs/api-reference/chat. The bodies are plain dicts, their
+keys in the order they go on the wire.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from assistd.ground.errors import InputError
+from assistd.ground.options import parse_k
+from assistd.ground.sampling import SamplingParams
+
+
+class ApiError(Exception):
+    """A request the API refuses: ``status`` and the fields of OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = (
+            status, message, param, code, kind)
+
+
+def error_body(message: str, param=None, code=None, kind="invalid_request_error") -> dict:
+    """``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_type(status: int) -> str:
+    """The error ``type`` for an HTTP status: ``server_error`` for 5xx, else
+    ``invalid_request_error``."""
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+# -- request models ----------------------------------------------------------------
+
+
+class AssistdOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    proposer: str | None = None
+    k: int | Literal["auto"] | None = Field(None)
+    scope: str | None = None
+    language: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+#-]{1,64}$")
+    priority: Literal["editor", "shell", "agent"] | None = None
+
+
+class _Common(BaseModel):
+    # strict: "5" is not a number of tokens, "yes" is not a boolean (as OpenAI answers)
+    model_config = ConfigDict(extra="ignore", strict=True)
+    model: str
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    repetition_penalty: float = Field(1.0, gt=0)
+    seed: int | None = Field(None, ge=0)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: dict | None = None
+    n: int = Field(1, ge=1)
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logprobs: bool | int | None = None
+    response_format: dict | None = None
+    assistd: AssistdOptions | None = None
+
+
+class CompletionRequest(_Common):
+    max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for /v1/completions
+    prompt: str | list[str] | list[int]
+    echo: bool = False
+    suffix: str | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[dict] | None  # required; null only makes sense with tool calls
+
+
+class ChatRequest(_Common):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list | None = None
+
+
+def _validation_message(e: ValidationError) -> tuple[str, str | None]:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    return f"{loc}: {err['msg']}" if loc else err["msg"], (loc or None)
+
+
+def parse_request(model: type[BaseModel], data: dict):
+    """``model`` validated from the JSON object ``data``; ApiError 400 naming the first
+    bad field (``param``) otherwise."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        msg, param = _validation_message(e)
+        raise ApiError(400, msg, param=param) from None
+
+
+# -- request checks ----------------------------------------------------------------
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    """The ``stop`` field as a list: one string, a list, or none."""
+    return [stop] if isinstance(stop, str) else (stop or [])
+
+
+def check_common(req: _Common, max_tokens: int | None, *, model_id: str,
+                 max_tokens_limit: int) -> None:
+    """The checks both endpoints share: the model (``model_id`` or ``"assistd"``), the
+    fields this daemon does not support, ``max_tokens`` against ``max_tokens_limit``,
+    at most 4 stop sequences, ``assistd.k``. Raises ApiError."""
+    if req.model not in (model_id, "assistd"):
+        raise ApiError(404, f"the model {req.model!r} does not exist; this daemon serves"
+                            f" {model_id!r} (see GET /v1/models)",
+                       param="model", code="model_not_found")
+    if req.n != 1:
+        raise ApiError(400, "n > 1 is not supported; send separate requests", param="n")
+    if req.logprobs:
+        raise ApiError(400, "logprobs are not supported", param="logprobs")
+    if req.response_format and req.response_format.get("type", "text") != "text":
+        raise ApiError(400, "response_format other than text (JSON mode, schemas) is not"
+                            " supported", param="response_format")
+    if req.frequency_penalty or req.presence_penalty:
+        raise ApiError(400, "frequency_penalty and presence_penalty are not supported;"
+                            " use repetition_penalty", param="frequency_penalty")
+    if max_tokens is not None and max_tokens > max_tokens_limit:
+        raise ApiError(400, f"max_tokens {max_tokens} is over this daemon's limit of"
+                            f" {max_tokens_limit} (max_tokens_limit)",
+                       param="max_tokens")
+    if len(stop_list(req.stop)) > 4:
+        raise ApiError(400, "at most 4 stop sequences", param="stop")
+    a = req.assistd
+    if a is not None and a.k is not None:
+        try:
+            parse_k(a.k, what="assistd.k")
+        except InputError as e:
+            raise ApiError(400, str(e), param="assistd.k") from None
+
+
+def completion_prompt(req: CompletionRequest) -> str | list[int]:
+    """The one prompt of a /v1/completions request (text or token ids), after refusing
+    ``echo``, ``suffix`` and a batch of prompts."""
+    if req.echo:
+        raise ApiError(400, "echo is not supported", param="echo")
+    if req.suffix:
+        raise ApiError(400, "suffix (fill-in-the-middle) is not supported here; use"
+                            " assistd lsp for FIM", param="suffix")
+    p = req.prompt
+    if isinstance(p, list) and p and isinstance(p[0], str):
+        if len(p) != 1:
+            raise ApiError(400, "a batch of prompts is not supported; send one per request",
+                           param="prompt")
+        p = p[0]
+    return p
+
+
+def check_token_ids(ids: list[int], *, n_vocab: int) -> None:
+    """A prompt given as token ids: each in ``0..n_vocab - 1``."""
+    if any(not 0 <= i < n_vocab for i in ids):
+        raise ApiError(400, f"token ids must be in 0..{n_vocab - 1}", param="prompt")
+
+
+def check_chat(req: ChatRequest) -> None:
+    """What /v1/chat/completions refuses beyond :func:`check_common`: ``tools``."""
+    if req.tools:
+        raise ApiError(400, "tools (function calling) are not supported", param="tools")
+
+
+def check_prompt_bytes(text: str, *, n_ctx: int, max_piece: int) -> None:
+    """Refuse a prompt that cannot fit before tokenizing megabytes of it: a token is
+    at most ``max_piece`` bytes, so more bytes than that times n_ctx never fit."""
+    size = len(text.encode("utf-8", "replace"))
+    if size > n_ctx * max_piece:
+        raise ApiError(400, f"the prompt is {size} bytes, more than this model's context"
+                            f" window of {n_ctx} tokens can hold", param="prompt",
+                       code="context_length_exceeded")
+
+
+def check_prompt_tokens(n_prompt: int, *, n_ctx: int) -> None:
+    """A tokenized prompt: not empty, and room in the context window for a token."""
+    if not n_prompt:
+        raise ApiError(400, "the prompt is empty", param="prompt")
+    if n_prompt + 1 >= n_ctx:
+        raise ApiError(400, f"the prompt is {n_prompt} tokens; this model's context"
+                            f" window is {n_ctx} tokens", param="prompt",
+                       code="context_length_exceeded")
+
+
+def check_proposer(name: str, known: list[str]) -> None:
+    """``assistd.proposer`` must be one of ``known``."""
+    if name not in known:
+        raise ApiError(400, f"unknown proposer {name!r}; known here:"
+                            f" {', '.join(known)}", param="assistd.proposer")
+
+
+def sampling_of(req: _Common) -> SamplingParams:
+    """The request's sampling fields as SamplingParams (ApiError 400 if they do not fit)."""
+    try:
+        return SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
+                              repetition_penalty=req.repetition_penalty, seed=req.seed)
+    except ValueError as e:
+        raise ApiError(400, str(e)) from None
+
+
+def check_model(mid: str, *, model_id: str) -> None:
+    """``GET /v1/models/{mid}``: ``model_id`` or ``"assistd"``, else a 404."""
+    if mid not in (model_id, "assistd"):
+        raise ApiError(404, f"the model {mid!r} does not exist", param="model",
+                       code="model_not_found")
+
+
+# -- response bodies ---------------------------------------------------------------
+
+
+def response_id(chat: bool) -> str:
+    """A fresh ``chatcmpl-…`` (chat) or ``cmpl-…`` id."""
+    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def usage(prompt_tokens: int, completion_tokens: int, *, ledger: dict, proposer: str,
+          k: int | str, stop_reason: str, queue_ms: float) -> dict:
+    """``{"prompt_tokens", "completion_tokens", "total_tokens", "assistd": {"ledger",
+    "proposer", "k", "stop_reason", "queue_ms"}}``: OpenAI's usage plus the generation's
+    ledger."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "assistd": {"ledger": ledger, "proposer": proposer, "k": k,
+                        "stop_reason": stop_reason, "queue_ms": queue_ms}}
+
+
+def completion_body(rid: str, created: int, model: str, text: str, finish_reason: str,
+                    usage: dict, *, chat: bool) -> dict:
+    """A non-streamed answer: ``{"id", "object", "created", "model", "choices": [one],
+    "usage"}``; the choice has ``message`` (chat) or ``text``."""
+    choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+               "finish_reason": finish_reason, "logprobs": None} if chat else
+              {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None})
+    return {"id": rid, "object": "chat.completion" if chat else "text_completion",
+            "created": created, "model": model, "choices": [choice], "usage": usage}
+
+
+def _chunk_object(chat: bool) -> str:
+    return "chat.completion.chunk" if chat else "text_completion"
+
+
+def chunk_body(rid: str, created: int, model: str, *, chat: bool, text: str | None = None,
+               finish_reason: str | None = None, first: bool = False,
+               usage: dict | None = None) -> dict:
+    """One streamed chunk: ``{"id", "object", "created", "model", "choices": [one]}``,
+    plus ``usage`` when given (the last one). A chat choice has a ``delta``: the first
+    chunk's is ``{"role": "assistant", "content": ""}``, then ``{"content": text}``, and
+    ``{}`` with no text; a text choice has ``text`` ("" with none)."""
+    if chat:
+        delta = {"role": "assistant", "content": ""} if first else (
+            {"content": text} if text is not None else {})
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason,
+                  "logprobs": None}
+    else:
+        choice = {"index": 0, "text": text or "", "finish_reason": finish_reason,
+                  "logprobs": None}
+    body = {"id": rid, "object": _chunk_object(chat), "created": created, "model": model,
+            "choices": [choice]}
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def usage_chunk_body(rid: str, created: int, model: str, usage: dict, *, chat: bool) -> dict:
+    """The chunk ``stream_options.include_usage`` asks for: ``"choices": []`` and
+    ``usage``."""
+    return {"id": rid, "object": _chunk_object(chat), "created": created, "model": model,
+            "choices": [], "usage": usage}
+
+
+def model_list_body(model_id: str, created: int, *, n_ctx: int, backend: str) -> dict:
+    """``GET /v1/models``: ``{"object": "list", "data": [the one model]}``."""
+    return {"object": "list", "data": [{
+        "id": model_id, "object": "model", "created": created, "owned_by": "assistd",
+        "n_ctx": n_ctx, "backend": backend}]}
+
+
+def model_body(model_id: str, created: int) -> dict:
+    """``GET /v1/models/{id}``: ``{"id", "object": "model", "created", "owned_by"}``."""
+    return {"id": model_id, "object": "model", "created": created, "owned_by": "assistd"}
