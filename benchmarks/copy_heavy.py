@@ -32,7 +32,7 @@ from assistd.ground.costmodel import CostModel  # noqa: E402
 from proposers.index import HistoryIndex  # noqa: E402
 from proposers.ngram import NgramProposer  # noqa: E402
 from proposers.suffix import SuffixProposer  # noqa: E402
-from tests.test_engine import COPY_HEAVY  # noqa: E402
+from tests.decoding.test_engine import COPY_HEAVY  # noqa: E402
 
 
 def chat(user: str, assistant: str) -> str:

@@ -16,7 +16,7 @@ on the same data and tokens. Both look only at the live context (no history):
   is a no-op under plain greedy decoding and is not reproduced.
 
 The kernels are vectorised re-implementations, checked token for token against the real
-libraries on random inputs (tests/test_replay.py); the originals build every sliding
+libraries on random inputs (tests/measure/test_replay.py); the originals build every sliding
 window of the context per call.
 """
 

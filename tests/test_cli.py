@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_repo
-from tests.test_engine import COPY_HEAVY
+from tests.decoding.test_engine import COPY_HEAVY
 
 REPO = Path(__file__).resolve().parents[1]
 

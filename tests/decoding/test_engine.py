@@ -17,7 +17,7 @@ from proposers.ngram import NgramProposer
 from proposers.suffix import SuffixProposer
 from storage.indexer import index_repository
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STDLIB = Path(json.__file__).resolve().parents[1]
 NEAR_TIE = NEAR_TIE_GAP  # the one frozen bound (assistd.decoding.verify); with exact numerics never reached
 

@@ -28,7 +28,7 @@ from storage.retention import enforce_budget, history_bytes
 from storage.store import HistoryStore
 from tests.conftest import make_repo
 
-DATA = Path(__file__).resolve().parent / "data" / "history"
+DATA = Path(__file__).resolve().parents[1] / "data" / "history"
 HISTORY_COMMANDS = ("stats", "sources", "forget", "vacuum")
 
 # What the two transcripts hold (model output only), by file.

@@ -32,9 +32,9 @@ from proposers.base import Draft, Proposer
 from proposers.index import HistoryIndex
 from proposers.ngram import NgramProposer
 from proposers.suffix import SuffixProposer
-from tests.test_sampling import ALPHA, drafts_for, first_tokens, lumped_chisquare
+from tests.ground.test_sampling import ALPHA, drafts_for, first_tokens, lumped_chisquare
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STDLIB = Path(json.__file__).resolve().parents[1]
 MODELS = ["smollm2", "gemma3"]
 

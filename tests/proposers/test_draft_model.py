@@ -16,7 +16,7 @@ from assistd.ground.sampling import SamplingParams
 from assistd.targets.compat import TokenizerInfo, check_compatible, diff_tokenizers, diff_vocab
 from proposers import make_proposer
 from proposers.draft_model import DraftModelProposer, open_draft, window_start
-from tests.test_engine import PROMPTS, assert_same_up_to_near_tie
+from tests.decoding.test_engine import PROMPTS, assert_same_up_to_near_tie
 
 
 def prompt_ids(target, name: str, n: int = 240) -> list[int]:

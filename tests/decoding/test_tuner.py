@@ -278,7 +278,7 @@ def test_counters_survive_kill_9(tmp_path):
     db = tmp_path / "h.db"
     HistoryStore(db).close()
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).parent.parent)
+                            text=True, cwd=Path(__file__).parents[2])
     seen = 0
     deadline = time.monotonic() + 120
     while seen < 40 and time.monotonic() < deadline:

@@ -32,7 +32,7 @@ from storage.transcripts import (
 from tests.conftest import FIXTURES, needs_fixtures
 from tests.test_cli import assistd, one_line_error
 
-DATA = Path(__file__).parent / "data" / "replay"
+DATA = Path(__file__).parents[1] / "data" / "replay"
 BRIEF = CostModel.brief()
 
 

@@ -24,7 +24,7 @@ from assistd.measure.bench_workloads import edit_cursor, parse_spec
 from assistd.ground.errors import InputError
 from assistd.decoding.verify import NEAR_TIE_GAP
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

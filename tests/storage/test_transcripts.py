@@ -21,7 +21,7 @@ from storage.transcripts import (
 )
 from tests.conftest import FIXTURES, needs_fixtures
 
-DATA = Path(__file__).resolve().parent / "data" / "transcripts"
+DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
 
 # (fixture, format, assistant records, tool_input records). Counted by hand, independently
 # of the parsers:

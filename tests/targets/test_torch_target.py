@@ -27,9 +27,9 @@ from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets import hf  # noqa: E402
 from assistd.targets.hf import TorchTarget  # noqa: E402
 from proposers import make_proposer  # noqa: E402
-from tests.test_engine import assert_same_up_to_near_tie, chat_prompt  # noqa: E402
+from tests.decoding.test_engine import assert_same_up_to_near_tie, chat_prompt  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CODE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
 SNIPPETS = [
     CODE,
