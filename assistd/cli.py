@@ -798,11 +798,10 @@ def stats(scope, as_json, plot, db):
         assistd stats --scope ~/src/myproj --json
         assistd stats --plot tuner.png
     """
-    from assistd.runtime.runtime import open_store
-    from assistd.runtime.stats import plot_stats, print_stats, stats_report
-    from storage.ledger_store import LedgerStore
+    from assistd.runtime.runtime import open_store, store_stats
+    from assistd.runtime.stats import plot_stats, print_stats
 
-    report = stats_report(LedgerStore(open_store(db)), scope=scope)
+    report = store_stats(open_store(db), scope=scope)["ledger"]
     if plot is not None:
         plot_stats(report, plot)
         click.echo(f"wrote {plot}", err=True)

@@ -16,7 +16,6 @@ from assistd.ground.errors import InputError
 from assistd.ground.options import K_LIMIT, parse_k
 from assistd.targets.open import BACKENDS
 
-PROPOSERS = ("suffix", "ngram", "none")
 
 
 @dataclass(frozen=True)
@@ -86,8 +85,10 @@ def _check(name: str, value: Any) -> Any:
             raise ValueError(" or ".join(map(repr, BACKENDS)))
         return value
     if name == "proposer":
-        if value not in PROPOSERS:
-            raise ValueError(", ".join(map(repr, PROPOSERS)))
+        from assistd.runtime.runtime import served_proposers  # the one vocabulary
+
+        if value not in served_proposers():
+            raise ValueError(", ".join(map(repr, served_proposers())))
         return value
     if name == "k":
         try:

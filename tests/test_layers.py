@@ -140,3 +140,24 @@ def test_the_rule_catches_a_violation(tmp_path):
     deps = imports_of(f, "storage.m", {"assistd.runtime.session", "assistd.runtime", "storage.m"})
     assert deps == {"assistd.runtime.session"}
     assert FLOORS[room("assistd.runtime.session")] > FLOORS[room("storage.m")]
+
+
+# The front ends: the CLI, the serving layer (daemon, API, MCP), the editors, and the
+# shell front end's helper. They reach generation only through the runtime.
+FRONT_ENDS = ("assistd.cli", "assistd.serving", "editors", "assistd.runtime.session")
+ENGINE_PARTS = ("assistd.decoding.engine", "assistd.decoding.tuner", "proposers",
+                "proposers.index", "storage.ledger_store")
+
+
+def test_every_front_end_reaches_generation_through_the_runtime():
+    """No front end assembles an engine of its own (engine loop, tuner, proposers, history
+    index, ledger store): each goes through assistd.runtime.runtime.Runtime."""
+    g = graph()
+    front = {m: deps for m, deps in g.items() if m.startswith(FRONT_ENDS)}
+    bad = [f"{m} imports {d}" for m, deps in front.items() for d in deps
+           if d in ENGINE_PARTS and not (m == "assistd.runtime.session"
+                                         and d == "assistd.decoding.engine")]
+    assert not bad, "\n".join(sorted(bad))  # session.py names the Generation type only
+    users = {m for m, deps in front.items() if "assistd.runtime.runtime" in deps}
+    for family in ("assistd.serving", "editors", "assistd.runtime.session"):
+        assert any(m.startswith(family) for m in users), f"{family} does not use the Runtime"

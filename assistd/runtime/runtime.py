@@ -34,7 +34,7 @@ from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.sequences import SequencePool
 from assistd.targets.base import Target
 from assistd.targets.open import open_target
-from proposers import make_proposer
+from proposers import available, make_proposer
 from proposers.base import Proposer
 from proposers.index import HistoryIndex
 from storage.indexer import IndexReport, find_repository_root, index_repository, is_repository
@@ -295,10 +295,31 @@ class Runtime:
     def stats(self, scope: str | None = None) -> dict:
         """``{"ledger": <stats report>, "user_acceptance": <summary>}``. Raises
         :class:`InputError` for a scope without data."""
-        from assistd.runtime.stats import stats_report
+        return store_stats(self.store, scope)
 
-        return {"ledger": stats_report(LedgerStore(self.store), scope=scope),
-                "user_acceptance": self.suggestions.summary()}
+
+def store_stats(store: HistoryStore, scope: str | None = None) -> dict:
+    """:meth:`Runtime.stats` from a history store alone (no Target needed): the tuner's
+    report (:func:`assistd.runtime.stats.stats_report`) and user acceptance."""
+    from assistd.runtime.stats import stats_report
+
+    return {"ledger": stats_report(LedgerStore(store), scope=scope),
+            "user_acceptance": SuggestionStore(store).summary()}
+
+
+def served_proposers() -> list[str]:
+    """The proposer names a setting may give (CLI, TOML config, LSP settings, API
+    options): ``"none"`` and every registered proposer but ``draft_model``, which needs
+    a model file of its own (``assistd complete --draft-model``)."""
+    return ["none"] + [p for p in available() if p != "draft_model"]
+
+
+def check_proposer(name: str, *, what: str = "proposer") -> str:
+    """``name`` if :func:`served_proposers` has it; else :class:`InputError` naming them."""
+    known = served_proposers()
+    if name not in known:
+        raise InputError(f"{what} must be one of {', '.join(known)}, not {name!r}")
+    return name
 
 
 def proposer_options(name: str, history, cost, target: Target | None = None) -> dict:

@@ -103,9 +103,9 @@ async def _read_json(request: Request, limit: int) -> dict:
 
 
 def _known_proposers() -> list[str]:
-    from proposers import available
+    from assistd.runtime.runtime import served_proposers
 
-    return ["none"] + [p for p in available() if p != "draft_model"]
+    return served_proposers()
 
 
 def _priority_of(req: _Common) -> int:

@@ -163,11 +163,9 @@ def _validate(c: Config) -> Config:
     parse_k(c.k)
     if c.sequences != "auto" and not (c.sequences.isdigit() and 1 <= int(c.sequences) <= 64):
         raise InputError(f"sequences must be 'auto' or a number 1..64, not {c.sequences!r}")
-    from proposers import available
+    from assistd.runtime.runtime import check_proposer
 
-    known = ["none"] + [p for p in available() if p != "draft_model"]
-    if c.proposer not in known:
-        raise InputError(f"proposer must be one of {', '.join(known)}, not {c.proposer!r}")
+    check_proposer(c.proposer)
     if c.n_ctx < 64:
         raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
     for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit"):

@@ -187,13 +187,9 @@ class InProcessEngine:
         """``{"ledger": stats_report(...), "user_acceptance": ...}`` from the history
         store (the Target is not loaded for this). Raises :class:`InputError` for a
         scope without data."""
-        from assistd.runtime.stats import stats_report
-        from storage.ledger_store import LedgerStore
-        from storage.suggestions import SuggestionStore
+        from assistd.runtime.runtime import store_stats
 
-        store = self._open_store()
-        return {"ledger": stats_report(LedgerStore(store), scope=scope),
-                "user_acceptance": SuggestionStore(store).summary()}
+        return store_stats(self._open_store(), scope)
 
     def _close(self) -> None:
         if self.runtime is not None:
