@@ -300,3 +300,26 @@ def test_environment_names_the_cache_root(monkeypatch, tmp_path):
     assert hf.cache_root() == tmp_path
     monkeypatch.delenv("ASSISTD_CACHE_DIR")
     assert hf.cache_root().name == "assistd" and os.path.isabs(hf.cache_root())
+
+
+def test_sequences_keep_separate_caches(torch_target):
+    """Two KV sequences on torch (one DynamicCache each): interleaved work in sequence 1
+    leaves sequence 0's cache as it was, and each gives a one-sequence Target's logits
+    (same process and threads; within 1e-4 of float rounding)."""
+    t2 = TorchTarget(default_model_path(), n_ctx=512, device="cpu", sequences=2)
+    try:
+        assert t2.n_seq_max == 2 and t2.kv_bytes_per_token == 30 * 3 * 64 * 2 * 4  # float32
+        a, b = t2.tokenize(CODE * 4)[:40], t2.tokenize("import os\nprint(os.getcwd())\n")
+        t2.use_sequence(0)
+        t2.evaluate(a[:30], [])
+        t2.use_sequence(1)
+        t2.evaluate(b, [])
+        t2.truncate(3)
+        t2.use_sequence(0)
+        got = t2.evaluate(a[30:], range(10))
+        assert t2.sequence_tokens(0) == a and t2.sequence_tokens(1) == b[:3]
+        torch_target.truncate(0)
+        ref = torch_target.evaluate(a, range(30, 40))
+        assert np.abs(got - ref).max() < 1e-4
+    finally:
+        t2.close()
