@@ -1014,7 +1014,7 @@ def lsp(stdio, tcp, allow_remote, log_file, verbose, use_daemon):
             logging.getLogger("assistd.lsp").info("the language server runs in the daemon"
                                                   " (%s)", path)
             if tcp is None:
-                pipe_lsp(path, sys.stdin.buffer, sys.stdout.buffer)
+                pipe_lsp(path, sys.stdin.fileno(), sys.stdout.fileno())
             else:
                 pipe_lsp_tcp(path, tcp)
             return

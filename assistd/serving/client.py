@@ -87,13 +87,15 @@ def find_daemon(path: Path | None = None) -> DaemonClient | None:
     return None
 
 
-def pipe_lsp(path: Path, stdin, stdout) -> None:
-    """``assistd lsp`` through the daemon: copy bytes between the editor (``stdin`` and
-    ``stdout``, binary streams) and the daemon's editor socket ``path`` until either side
-    closes. The language server runs in the daemon (:mod:`assistd.serving.lsp_host`).
-    Raises :class:`InputError` when the socket does not answer."""
+def pipe_lsp(path: Path, fd_in: int, fd_out: int) -> None:
+    """``assistd lsp`` through the daemon: copy bytes between the editor (file
+    descriptors ``fd_in`` and ``fd_out``: stdin and stdout, or one TCP connection twice)
+    and the daemon's editor socket ``path`` until the daemon's side closes. The language
+    server runs in the daemon (:mod:`assistd.serving.lsp_host`). One thread and
+    ``select``: no reader is left blocked on stdin when the process exits. Raises
+    :class:`InputError` when the socket does not answer."""
+    import selectors
     import socket
-    import threading
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -102,27 +104,30 @@ def pipe_lsp(path: Path, stdin, stdout) -> None:
         sock.close()
         raise InputError(f"the daemon's editor socket {path} does not answer ({e.strerror});"
                          " restart `assistd serve`, or run `assistd lsp --no-daemon`") from None
-
-    def editor_to_daemon() -> None:
-        try:
-            while data := stdin.read1(65536):
-                sock.sendall(data)
-        except OSError:
-            pass
-        finally:  # the editor closed its end: let the server see end of file
-            try:
-                sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-
-    threading.Thread(target=editor_to_daemon, name="assistd-lsp-pipe", daemon=True).start()
+    sel = selectors.DefaultSelector()
+    sel.register(fd_in, selectors.EVENT_READ, "editor")
+    sel.register(sock, selectors.EVENT_READ, "daemon")
     try:
-        while data := sock.recv(65536):
-            stdout.write(data)
-            stdout.flush()
-    except (OSError, ValueError):  # the editor went away mid-write
-        pass
+        while True:
+            for key, _ in sel.select():
+                if key.data == "editor":
+                    data = os.read(fd_in, 65536)
+                    if not data:  # the editor closed its end: the server sees end of file
+                        sel.unregister(fd_in)
+                        sock.shutdown(socket.SHUT_WR)
+                        continue
+                    sock.sendall(data)
+                else:
+                    data = sock.recv(65536)
+                    if not data:  # the session ended (exit, or the daemon stopped)
+                        return
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd_out, view):]
+    except OSError:  # the editor went away mid-write, or the daemon mid-read
+        return
     finally:
+        sel.close()
         sock.close()
 
 
@@ -142,7 +147,7 @@ def pipe_lsp_tcp(path: Path, address: tuple[str, int]) -> None:
             conn, _ = srv.accept()
 
             def serve(c=conn):
-                with c, c.makefile("rb") as r, c.makefile("wb") as w:
-                    pipe_lsp(path, r, w)
+                with c:
+                    pipe_lsp(path, c.fileno(), c.fileno())
 
             threading.Thread(target=serve, daemon=True).start()

@@ -357,3 +357,33 @@ def test_tokenize_matches_llama_cpp_python_beyond_the_training_context(target):
         want = target._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
         assert target.tokenize(text) == want
     assert len(target.tokenize(long_text)) > 8192
+
+
+def test_prefill_is_preemptible_in_chunks_and_the_output_unchanged(target):
+    """With ``between_rounds`` the prompt is prefilled PREFILL_CHUNK tokens at a time with
+    the hook between chunks; other work that evicts the KV cache there is repaired, and
+    the output equals an uninterrupted generation's token for token."""
+    from assistd.decoding.engine import PREFILL_CHUNK
+
+    prompt = [target.bos_token_id] + target.tokenize(
+        (REPO / "assistd/decoding/engine.py").read_text(encoding="utf-8"))[:400]
+    target.truncate(0)
+    reference = generate(target, prompt, None, max_tokens=24, k=0).tokens
+    target.truncate(0)
+    calls, positions = [], []
+
+    def other_work() -> bool:  # an editor request that takes the Target over
+        calls.append(1)
+        positions.append(target.n_past)
+        if len(calls) == 3:
+            target.truncate(50)  # it kept only a shared prefix of ours
+            target.evaluate(target.tokenize(" unrelated text"), [])
+            return True
+        return False
+
+    g = generate(target, prompt, None, max_tokens=24, k=0, between_rounds=other_work)
+    assert g.tokens == reference
+    # The hook ran between prefill chunks (at 64, 128, ... tokens), not only between rounds.
+    chunks = [p for p in positions[:5] if p < len(prompt) - 1]
+    assert chunks[:2] == [PREFILL_CHUNK, 2 * PREFILL_CHUNK]
+    assert g.ledger.prompt_tokens_evaluated == len(prompt) - 1
