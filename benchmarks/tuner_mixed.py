@@ -552,7 +552,7 @@ def print_report(console: Console, summary: dict, rounds_goal: int) -> None:
                 end_section=(c == CONFIGS[-1] and n < len(sections) - 1))
     console.print(table)
     console.print("* best fixed k of the row group; 'differs from plain': generations whose"
-                  " greedy tokens differ (near-ties of batched numerics, docs/design.md "Exactness"; counted,"
+                  " greedy tokens differ (near-ties of batched numerics, docs/design.md, 'Exactness'; counted,"
                   " not failed)")
     for goal, ok in summary["goals"].items():
         flag = "PASS" if ok is True else "FAIL" if ok is False else "n/a "

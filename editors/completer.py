@@ -20,7 +20,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistd.ground.errors import InputError
 from assistd.ground.ledger import Ledger
 from assistd.runtime.runtime import Runtime
 from editors import prompting

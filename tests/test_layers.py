@@ -161,3 +161,10 @@ def test_every_front_end_reaches_generation_through_the_runtime():
     users = {m for m, deps in front.items() if "assistd.runtime.runtime" in deps}
     for family in ("assistd.serving", "editors", "assistd.runtime.session"):
         assert any(m.startswith(family) for m in users), f"{family} does not use the Runtime"
+
+
+def test_every_benchmark_compiles():
+    """The benchmarks are scripts no test imports: at least they must parse (a quote
+    edited into a string once broke one unnoticed)."""
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")

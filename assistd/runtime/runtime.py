@@ -266,20 +266,21 @@ class Runtime:
                              f" {t.n_ctx}")
         seq = self.sequences.choose(prompt, owner)
         t.use_sequence(seq)
-        hook = None
-        if between_rounds is not None:
-            def hook() -> bool:
-                ran = between_rounds()
-                # Other requests ran on the Target meanwhile: back to this sequence (the
-                # engine then re-evaluates whatever of its context is gone).
-                t.use_sequence(seq)
-                return ran
+
+        def hook() -> bool:
+            ran = between_rounds()
+            # Other requests ran on the Target meanwhile: back to this sequence (the
+            # engine then re-evaluates whatever of its context is gone).
+            t.use_sequence(seq)
+            return ran
+
         with self.sequences.pinned(seq):
             gen = generate(t, prompt, plan.draft,
                            max_tokens=min(max_tokens, t.n_ctx - len(prompt) - 1),
                            k=plan.k_run, sampling=sampling, stop=stop, scope=scope,
                            language=plan.language, ceiling=plan.ceiling, stop_at=stop_at,
-                           cancelled=cancelled, between_rounds=hook)
+                           cancelled=cancelled,
+                           between_rounds=hook if between_rounds is not None else None)
         if record:
             self.tuner.record(scope, plan.language, plan.proposer, gen.ledger)
         return gen
