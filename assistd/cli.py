@@ -564,6 +564,9 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, model, as_jso
     """
     from assistd.measure.replay import replay_report
 
+    if cost_model == "brief":  # the old name: still accepted, said once, plainly
+        click.echo("warning: --cost-model brief is now called --cost-model reference", err=True)
+        cost_model = "reference"
     update, close = (None, lambda: None) if as_json else _progress("replay")
     try:
         report = replay_report(files, git_repo=git_repo, git_commits=git_commits,
@@ -900,7 +903,8 @@ def status(as_json):
     click.echo(f"daemon on {client.path}: {st['model']} ({st['target']['backend']},"
                f" n_ctx {st['target']['n_ctx']}), up {st['uptime_s']:.0f} s,"
                f" max RSS {st['max_rss_mb']} MB")
-    click.echo(f"requests: {st['requests']}; tokens generated {st['tokens_generated']}")
+    click.echo(f"requests: {st['requests']}; tokens generated {st['tokens_generated']};"
+               f" editor sessions {st.get('lsp_sessions', 0)}")
     click.echo(f"running: {', '.join(st['jobs_running']) or 'idle'}; queued: {len(st['jobs_queued'])};"
                f" preemptions {st['scheduler']['preemptions']}")
     w = st.get("watcher") or {}

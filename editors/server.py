@@ -33,6 +33,24 @@ from editors.settings import Settings, parse_settings
 
 log = logging.getLogger("assistd.lsp")
 
+
+class _QuietProtocol(logging.Filter):
+    """pygls logs every message it sends at INFO (suggestions are the user's code: not
+    for a log kept at info) and a client's invalid params or a cancelled request as an
+    ERROR with a traceback. Keep its warnings and real errors; the rest only at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (JsonRpcException, asyncio.CancelledError)):
+            return logging.getLogger("assistd").isEnabledFor(logging.DEBUG)
+        return record.levelno >= logging.WARNING or logging.getLogger(
+            "assistd").isEnabledFor(logging.DEBUG)
+
+
+for _name in ("pygls.protocol.json_rpc", "pygls.protocol.language_server", "pygls.server",
+              "pygls.feature_manager"):
+    logging.getLogger(_name).addFilter(_QuietProtocol())
+
 ACCEPTED = "assistd.accepted"
 STATS = "assistd.stats"
 SHOWN = "assistd/didShowCompletion"

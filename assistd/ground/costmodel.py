@@ -30,7 +30,7 @@ class CostModel:
     """``points``: ``{n_tokens: ms}`` measured forward times, n >= 1."""
 
     points: dict[int, float]
-    source: str = "brief"
+    source: str = "reference"
 
     def __post_init__(self):
         xs = sorted(self.points)
@@ -67,7 +67,7 @@ class CostModel:
 
     @classmethod
     def brief(cls) -> CostModel:
-        return cls(dict(BRIEF_CPU_POINTS), source="brief")
+        return cls(dict(BRIEF_CPU_POINTS), source="reference")
 
     @classmethod
     def load(cls, path: Path) -> CostModel:

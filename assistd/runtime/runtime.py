@@ -108,6 +108,7 @@ class Runtime:
         self.index = index if index is not None else HistoryIndex(width=index_width(target))
         self.suggestions = SuggestionStore(store) if store is not None else None
         self.sequences = SequencePool(target)
+        self.tokens_generated = 0  # by every front end, for status
         self.max_bytes = max_bytes
         self._scopes: dict[str, bool] = {}  # scope root -> usable (history may draft)
         self._used: dict[str, float] = {}  # scope -> monotonic time mark_used last wrote
@@ -283,6 +284,7 @@ class Runtime:
                            between_rounds=hook if between_rounds is not None else None)
         if record:
             self.tuner.record(scope, plan.language, plan.proposer, gen.ledger)
+        self.tokens_generated += len(gen.tokens)
         return gen
 
     def estimate(self, plan: Plan) -> dict | None:

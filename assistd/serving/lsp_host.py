@@ -76,6 +76,8 @@ class LspHost:
     def stop(self, timeout: float = 10) -> None:
         """Stop accepting, end every session (its reader sees end of file), remove the socket."""
         with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept(); close() alone does not
+        with contextlib.suppress(OSError):
             self.sock.close()
         with self._lock:
             conns = list(self.sessions.values())

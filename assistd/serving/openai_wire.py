@@ -22,7 +22,7 @@ keys in the order they go on the wire.
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -58,7 +58,9 @@ def error_type(status: int) -> str:
 class AssistdOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     proposer: str | None = None
-    k: int | Literal["auto"] | None = Field(None)
+    # Any here, checked in check_common: strict (an int or "auto", as OpenAI's types are
+    # strict: not "8", not true) and with parse_k's message rather than pydantic's.
+    k: Any = Field(None)
     scope: str | None = None
     language: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+#-]{1,64}$")
     priority: Literal["editor", "shell", "agent"] | None = None
@@ -156,6 +158,9 @@ def check_common(req: _Common, max_tokens: int | None, *, model_id: str,
     a = req.assistd
     if a is not None and a.k is not None:
         try:
+            if a.k != "auto" and (isinstance(a.k, bool) or not isinstance(a.k, int)):
+                raise InputError(f"assistd.k must be 'auto' or a number of tokens 0..64"
+                                 f" (a JSON integer), not {a.k!r}")
             parse_k(a.k, what="assistd.k")
         except InputError as e:
             raise ApiError(400, str(e), param="assistd.k") from None

@@ -105,7 +105,6 @@ class Service:
         self.started_at = time.time()
         self.editors = None  # the daemon's LspHost (editor sessions), when it hosts one
         self.requests = {"api": 0, "lsp": 0, "complete": 0, "mcp": 0}
-        self.tokens_generated = 0
         self.generations_cancelled = 0  # stopped early: the client hung up or cancelled
         self._inflight: set[threading.Event] = set()  # cancel flags of queued/running generations
         self._inflight_lock = threading.Lock()
@@ -205,7 +204,6 @@ class Service:
                      owner=req.owner)
         if streamer is not None:
             streamer.finish(gen.text)
-        self.tokens_generated += len(gen.tokens)
         self.generations_cancelled += gen.stop_reason == "cancelled"
         return GenerationResult(text=gen.text, tokens=gen.tokens, stop_reason=gen.stop_reason,
                                 ledger=gen.ledger.as_dict(), proposer=plan.proposer,
@@ -234,7 +232,6 @@ class Service:
             guess_outside_git=bool(args.get("guess_outside_git")),
             language=args.get("language") or "plaintext", between_rounds=self.scheduler.preempt,
             owner="mcp" if args.get("client") == "mcp" else "complete")
-        self.tokens_generated += len(result.generation.tokens)
         out = result.as_dict()
         out["daemon"] = True
         return out
@@ -259,7 +256,7 @@ class Service:
             "uptime_s": round(time.time() - self.started_at, 1),
             # Editor sessions submit their own jobs (named "lsp:complete" and so on).
             "requests": {**self.requests, "lsp": s.by_name.get("lsp:complete", 0)},
-            "tokens_generated": self.tokens_generated,
+            "tokens_generated": self.runtime.tokens_generated if self.runtime else 0,
             "generations_cancelled": self.generations_cancelled,
             "jobs_running": self.scheduler.running(),
             "jobs_queued": self.scheduler.queued(),

@@ -361,7 +361,7 @@ def test_real_engine_tunes_k_per_language(target):
     assert tuner.choose("oracle", "json") >= 8  # always right: a long ceiling
     md = tuner._ledgers[("markdown", "oracle")]
     assert md.accepted_tokens == 0 and md.rounds > 0
-    assert tuner.cost_model().source == "brief"  # frozen
+    assert tuner.cost_model().source == "reference"  # frozen
     assert measuring.cost_model().source.startswith("measured:")
 
 

@@ -183,6 +183,8 @@ def test_tcp_refuses_without_the_right_token_and_files_are_private(daemon):
     (json.dumps({"model": "assistd", "prompt": "x", "response_format": {"type": "json_object"}}
                 ).encode(), 400, "response_format"),
     (json.dumps({"model": "assistd", "prompt": "x" * 7_000_000}).encode(), 400, "bytes"),
+    *[(json.dumps({"model": "assistd", "prompt": "x", "assistd": {"k": k}}).encode(), 400,
+       "assistd.k must be 'auto' or a number of tokens 0..64") for k in (99, -1, True, "8", "x", 4.5)],
 ])
 def test_bad_requests_get_4xx_with_a_message(uds, body, status, needle):
     r = uds.post("/v1/completions", content=body, headers={"content-type": "application/json"})
