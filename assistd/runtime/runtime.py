@@ -180,10 +180,6 @@ class Runtime:
         self.index.ensure(self.store, scope, self.target.fingerprint)
         return Scope(scope, report)
 
-    def forget_scope(self, root: str) -> None:
-        """Scan ``root`` again on its next use (after a save)."""
-        self._scopes.pop(root, None)
-
     # -- prompts -----------------------------------------------------------------
 
     def prompt(self, text: str, budget: int) -> list[int]:
