@@ -273,7 +273,9 @@ class Runtime:
 
         with self.sequences.pinned(seq):
             gen = generate(t, prompt, plan.draft,
-                           max_tokens=min(max_tokens, t.n_ctx - len(prompt) - 1),
+                           # Not cut to the room left: where the context ends the
+                           # engine stops with stop_reason "n_ctx", not "max_tokens".
+                           max_tokens=min(max_tokens, t.n_ctx),
                            k=plan.k_run, sampling=sampling, stop=stop, scope=scope,
                            language=plan.language, ceiling=plan.ceiling, stop_at=stop_at,
                            cancelled=cancelled,

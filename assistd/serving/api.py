@@ -220,7 +220,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         if a.proposer is not None:
             check_proposer(a.proposer, _known_proposers())
         return GenerationRequest(
-            prompt=prompt, max_tokens=min(max_tokens, n_ctx - len(prompt) - 1),
+            prompt=prompt, max_tokens=max_tokens,  # the context's end stops it: "n_ctx"
             sampling=sampling_of(req), stop=tuple(s for s in stop_list(req.stop) if s),
             proposer=a.proposer, k=a.k, scope=a.scope, language=a.language or "plaintext")
 

@@ -24,8 +24,10 @@ A new format is one module in this package: a class decorated with ``@register``
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -45,6 +47,23 @@ SYSTEM = "system"          # system/developer instructions, client notices
 class TranscriptError(InputError):
     """A transcript file cannot be parsed at all (individual bad entries are only counted)."""
 
+
+log = logging.getLogger("assistd.transcripts")
+
+# What a parser's code may raise on a record of an unexpected shape (a list where a
+# string was expected, a missing key, JSON nested past the recursion limit): the record
+# is skipped and counted, never the file lost or the watcher stopped.
+BAD_RECORD = (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError)
+
+
+def clean_text(text: str) -> str:
+    """``text`` without lone surrogates (JSON's ``"\\ud800"`` decodes to one, and no UTF-8
+    encoder takes it): each becomes U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 @dataclass(frozen=True)
 class Put:
@@ -102,6 +121,7 @@ class _Parser:
 
     def __init__(self) -> None:
         self.stats = ParseStats()
+        self._logged: set[str] = set()
 
     @classmethod
     def sniff(cls, head: "Head") -> int:
@@ -111,7 +131,17 @@ class _Parser:
 
     def _count(self, ops: list) -> list:
         self.stats.records += sum(1 for op in ops if not isinstance(op, Rewind))
-        return ops
+        return [dataclasses.replace(op, text=clean_text(op.text)) if hasattr(op, "text")
+                and isinstance(op.text, str) and not op.text.isascii() else op for op in ops]
+
+    def _bad_record(self, e: BaseException) -> None:
+        """Count a record the parser could not read, and log its kind once per parser."""
+        self.stats.skipped_malformed += 1
+        kind = type(e).__name__
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.info("%s transcript: skipped a record of an unexpected shape (%s: %s)",
+                     self.format, kind, str(e)[:200])
 
 
 class LineParser(_Parser):
@@ -130,7 +160,11 @@ class LineParser(_Parser):
         """Ops for ONE complete line (without its newline). Never raises on bad input."""
         self.stats.lines += 1
         text = line.decode("utf-8", errors="replace").rstrip("\r")
-        return self._count(self._feed(text))
+        try:
+            return self._count(self._feed(text))
+        except BAD_RECORD as e:
+            self._bad_record(e)
+            return []
 
     def _feed(self, line: str) -> list[Op]:
         raise NotImplementedError
@@ -152,7 +186,7 @@ class LineParser(_Parser):
             return None
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
             self.stats.skipped_malformed += 1
             return None
         if not isinstance(value, dict):
@@ -170,8 +204,13 @@ class WholeParser(_Parser):
 
     def parse(self, data: bytes) -> list[Put]:
         """Every record of the file, in order. Raises TranscriptError if it is not
-        parseable at all; bad entries are counted in ``stats`` and skipped."""
-        return self._count(list(self._parse(self._load(data))))
+        parseable at all (a shape the parser's code cannot walk included); bad entries
+        are counted in ``stats`` and skipped."""
+        try:
+            return self._count(list(self._parse(self._load(data))))
+        except BAD_RECORD as e:
+            raise TranscriptError(f"{self.format} transcript has an unexpected shape"
+                                  f" ({type(e).__name__}: {str(e)[:200]})") from None
 
     def _parse(self, doc: Any) -> Iterable[Put]:
         """Records of the decoded JSON document; raise TranscriptError on a wrong shape."""
@@ -180,7 +219,7 @@ class WholeParser(_Parser):
     def _load(self, data: bytes) -> Any:
         try:
             return json.loads(data.decode("utf-8", errors="replace"))
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise TranscriptError(
                 f"{self.format} transcript is not valid JSON ({e}); "
                 "check the file is complete, or pick another format") from None
@@ -221,7 +260,7 @@ class Head:
             if line.startswith("{") and line.endswith("}"):
                 try:
                     value = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if isinstance(value, dict):
                     objects.append(value)
@@ -230,7 +269,7 @@ class Head:
         if stripped[:1] in ("{", "["):
             try:
                 whole = json.loads(stripped)
-            except ValueError:
+            except (ValueError, RecursionError):
                 whole = None
         first_line = text.lstrip("\ufeff").split("\n", 1)[0]
         return cls(text=text, objects=objects, whole=whole, first_line=first_line)

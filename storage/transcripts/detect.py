@@ -9,13 +9,21 @@ recognises is None whatever its name.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import io
 from pathlib import Path
 
 import zstandard
 
-from storage.transcripts.base import FORMATS, Head, LineParser, TranscriptError, WholeParser
+from storage.transcripts.base import (
+    BAD_RECORD,
+    FORMATS,
+    Head,
+    LineParser,
+    TranscriptError,
+    WholeParser,
+)
 
 HEAD_BYTES = 64 * 1024
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -51,6 +59,26 @@ def open_bytes(path: str | Path, max_bytes: int | None = None) -> bytes:
         return f.read() if max_bytes is None else f.read(max_bytes)
 
 
+def _sniff(cls, head: Head) -> int:
+    """``cls.sniff(head)``, leaving out the head's records of a shape the sniffer cannot
+    walk (a ``role`` that is a list, say): one poison line must not hide the format."""
+    try:
+        return cls.sniff(head)
+    except BAD_RECORD:
+        pass
+    ok = []
+    for obj in head.objects:
+        try:
+            cls.sniff(dataclasses.replace(head, objects=[obj]))
+            ok.append(obj)
+        except BAD_RECORD:
+            pass
+    try:
+        return cls.sniff(dataclasses.replace(head, objects=ok, whole=None))
+    except BAD_RECORD:
+        return 0
+
+
 def detect_format(path: Path, head: bytes) -> str | None:
     """Format name for a file from its first bytes (decompressed), or None if unknown.
 
@@ -66,7 +94,7 @@ def detect_format(path: Path, head: bytes) -> str | None:
     name = Path(path).name
     best, best_key = None, (0, False)
     for fmt, cls in FORMATS.items():
-        score = cls.sniff(digest)
+        score = _sniff(cls, digest)
         if score <= 0:
             continue
         key = (score, any(fnmatch.fnmatch(name, p) for p in cls.name_patterns))

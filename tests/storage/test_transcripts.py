@@ -529,3 +529,50 @@ def test_detect_names_break_ties():
     assert detect_format(Path("chat.jsonl"), chat) == "generic_jsonl"
     claude = b'{"type":"user","uuid":"u","sessionId":"s","message":{"role":"user","content":"hi"}}\n'
     assert detect_format(Path("chat.jsonl"), claude + chat) == "claude_code"
+
+
+# -- poison records: skipped and counted, never a lost file (issue hardening, class 1) ---------
+
+POISON = [
+    '{"role": "assistant", "content": "lone \\ud800 surrogate"}',
+    '{"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text",'
+    ' "text": "lone \\udfff too"}]}, "uuid": "s1"}',
+    "{\"x\": " + "[" * 50_000 + "]" * 50_000 + "}",  # past the recursion limit
+    "[" * 50_000,
+]
+for key in ("type", "role", "content", "message", "payload", "text", "cwd", "uuid"):
+    for odd in ([], ["assistant"], {"a": 1}, 7, None, True):
+        POISON.append(json.dumps({"type": "assistant", "role": "assistant", "content": "x",
+                                  "message": {"role": "assistant", "content": "y"},
+                                  "payload": {"type": "message", "role": "assistant"},
+                                  key: odd}))
+
+
+@pytest.mark.parametrize("fmt", sorted(f for f, cls in FORMATS.items()
+                                       if issubclass(cls, LineParser)))
+def test_every_line_parser_skips_poison_records_and_keeps_going(fmt):
+    """Each line of POISON (wrong types where strings belong, lone surrogates, nesting
+    thousands deep) is skipped or stored, never raised; text never holds a surrogate."""
+    parser = parser_for(fmt)
+    for line in POISON:
+        for op in parser.feed_line(line.encode("utf-8")):
+            text = getattr(op, "text", "")
+            text.encode("utf-8")  # no lone surrogate left
+    assert parser.stats.lines == len(POISON)
+
+
+def test_poison_lines_lose_no_good_record_of_their_file(tmp_path, store):
+    """`assistd index` of a generic and a Claude Code transcript with poison lines between
+    good ones: every good record stored, the surrogate one with U+FFFD, the rest counted."""
+    from storage.ingest import TranscriptIngester
+
+    good = [json.dumps({"role": "assistant", "content": f"good answer {i}"}) for i in range(3)]
+    lines = [good[0], POISON[0], json.dumps({"role": ["assistant"], "content": "list role"}),
+             good[1], POISON[2], good[2]]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    report = TranscriptIngester(store, lambda s: [ord(c) % 1000 for c in s], "fp").ingest(path)
+    texts = sorted(r[0] for r in store.db.execute(
+        "select text from documents where source = ?", [str(path)]).fetchall())
+    assert texts == sorted([f"good answer {i}" for i in range(3)] + ["lone \ufffd\ufffd\ufffd surrogate"])
+    assert report.skipped_malformed == 2 and report.files == 1
