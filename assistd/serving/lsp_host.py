@@ -34,6 +34,7 @@ class LspHost:
     def __init__(self, sock: socket.socket, path: Path, factory, service):
         self.sock, self.path, self.factory, self.service = sock, path, factory, service
         self.sessions: dict[int, socket.socket] = {}
+        self._threads: dict[int, threading.Thread] = {}
         self.served = 0
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept, name="assistd-lsp-host",
@@ -53,8 +54,9 @@ class LspHost:
                 self.served += 1
                 n = self.served
                 self.sessions[n] = conn
-            threading.Thread(target=self._serve, args=(n, conn), name=f"assistd-lsp-{n}",
-                             daemon=True).start()
+                thread = self._threads[n] = threading.Thread(
+                    target=self._serve, args=(n, conn), name=f"assistd-lsp-{n}", daemon=True)
+            thread.start()
 
     def _serve(self, n: int, conn: socket.socket) -> None:
         log.info("editor session %d connected", n)
@@ -69,6 +71,7 @@ class LspHost:
         finally:
             with self._lock:
                 self.sessions.pop(n, None)
+                self._threads.pop(n, None)
             with contextlib.suppress(OSError):
                 conn.close()
             log.info("editor session %d closed", n)
@@ -81,10 +84,15 @@ class LspHost:
             self.sock.close()
         with self._lock:
             conns = list(self.sessions.values())
+            threads = list(self._threads.values())
         for c in conns:
             with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout)
+        # Each session closes its completer on the scheduler (its buffers leave the
+        # index): let that happen before the caller stops the scheduler.
+        for t in threads:
+            t.join(timeout)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 

@@ -3,6 +3,7 @@ HTTP clients (httpx on the Unix socket, the openai package on loopback TCP)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -470,3 +471,28 @@ def test_sigterm_during_a_stream_ends_it_cleanly(tmp_path):
     assert d.proc.wait(60) == 0
     assert not d.socket.exists()
     assert "Traceback" not in (tmp_path / "d" / "daemon.stderr").read_text()
+
+
+async def test_sigterm_with_an_editor_session_open_ends_it_cleanly(tmp_path):
+    """The daemon stops while `assistd lsp` is connected: exit 0 within seconds, the
+    session closed on the scheduler before it stopped (no failed session in the log),
+    and the editor's server process ends (its connection closed)."""
+    from tests.lsp_helpers import inline, lsp_session, open_doc
+
+    repo = make_repo(tmp_path / "repo", {"pattern.py": PATTERN * 4})
+    d = start_daemon(tmp_path, "--repo", str(repo))
+    # The server is gone when the block ends: the helper's own shutdown request then
+    # finds the client stopped, which is what this test expects.
+    with pytest.raises(RuntimeError, match="Client has been stopped"):
+        async with lsp_session(d.db, env={"ASSISTD_SOCKET": str(d.socket)}) as (client, _):
+            uri = open_doc(client, repo / "new.py", PATTERN * 4 + "def f4():\n    return")
+            assert await inline(client, uri, 37, 10) == " 4"
+            t0 = time.monotonic()
+            assert d.stop() == 0
+            assert time.monotonic() - t0 < 20
+            deadline = time.monotonic() + 20
+            while client._server.returncode is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert client._server.returncode is not None  # the pipe saw the daemon go
+    log = d.log.read_text()
+    assert "editor session 1 closed" in log and "failed" not in log
