@@ -208,7 +208,10 @@ def test_second_load_is_served_from_the_cache(torch_target, monkeypatch):
     again.close()
     diff = float(np.abs(out - ref).max())
     print(f"max |logit diff| cached load vs first load: {diff:.2e}")
-    assert diff == 0.0
+    # Two loads of the same weights: equal up to float rounding. Torch's CPU kernels may
+    # take another path for differently aligned buffers (8.6e-6 seen between two loads);
+    # a wrong cache is off by whole logits.
+    assert diff < 1e-4 and (out.argmax(1) == ref.argmax(1)).all()
 
 
 def test_hugging_face_directory_loads(torch_target):
@@ -220,7 +223,8 @@ def test_hugging_face_directory_loads(torch_target):
         t.fingerprint, t.eos_token_ids, t.bos_token_id, t.add_bos)
     ids = t.tokenize(CODE)
     t.truncate(0)
-    assert float(np.abs(d.evaluate(ids, [0, len(ids) - 1]) - t.evaluate(ids, [0, len(ids) - 1])).max()) == 0.0
+    a, b = d.evaluate(ids, [0, len(ids) - 1]), t.evaluate(ids, [0, len(ids) - 1])
+    assert float(np.abs(a - b).max()) < 1e-4 and (a.argmax(1) == b.argmax(1)).all()  # two loads: rounding only
     d.close()
 
 
