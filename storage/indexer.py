@@ -5,6 +5,9 @@ file whose bytes hash to the stored content hash is not re-tokenized. Binary fil
 (a NUL byte in the first 8 KiB, as git decides) and files over ``max_bytes`` are
 skipped and counted; non-UTF-8 text is decoded with replacement characters and
 counted; a file that vanishes or cannot be read mid-index is counted, not fatal.
+A file is read through :func:`storage.walk.open_checked`: one swapped for a FIFO, a
+symbolic link or a path out of the repository since the walk listed it is refused and
+counted by reason (``IndexReport.refused``), never waited on or stored.
 Secrets are redacted (:mod:`storage.secrets`) before the text is stored or tokenized.
 """
 
@@ -13,15 +16,18 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
+import os
 import stat
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from assistd.ground.languages import language_id
 from storage.secrets import redact
 from storage.store import HistoryStore
-from storage.walk import IGNORE_FILES, IgnoreRules, iter_files
+from storage.walk import (
+    IGNORE_FILES, NOT_REGULAR, SYMLINK, IgnoreRules, Refused, iter_files, open_checked,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +50,20 @@ class IndexReport:
     skipped_unreadable: int = 0
     decoded_with_replacement: int = 0
     redactions: int = 0  # secret values replaced before storing
+    # Files not read, by reason (storage.walk: NOT_REGULAR, SYMLINK, OUTSIDE) -> count.
+    refused: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def refuse(self, rel: str, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        log.debug("refused %s: %s", rel, reason)  # the summary line is per reason
+
+    def log_refused(self) -> None:
+        """One log line per refusal reason, with its count (never one per file)."""
+        for reason, n in sorted(self.refused.items()):
+            log.warning("%s: %d file(s) not read: %s", self.scope, n, reason)
 
 
 def is_repository(path: Path) -> bool:
@@ -109,6 +126,7 @@ class RepoIndexer:
         report.removed = self.store.remove_documents(gone)
         report.documents = len(seen)
         self.store.mark_indexed(self.scope, self.recursive)
+        report.log_refused()
         return report
 
     def update(self, rel_paths) -> IndexReport:
@@ -152,12 +170,13 @@ class RepoIndexer:
                   and not self.rules.excluded(rel, False)):
                 if not self._index_file(rel, full, known.get(rel), tokenized, report):
                     gone.update(d.id for d in under)
-            else:  # deleted, moved away, ignored, a symlink or a FIFO
+            else:  # deleted, moved away, ignored, a symlink or a FIFO (as the walk: silently)
                 gone.update(d.id for d in under)
         report.removed = self.store.remove_documents(sorted(gone))
         report.documents = self.store.db.execute(
             "select count(*) from documents where scope = ? and source_kind = 'repo'",
             [self.scope]).fetchone()[0]
+        report.log_refused()
         return report
 
     def _index_file(self, rel: str, full: Path, doc, tokenized: dict[int, str],
@@ -170,10 +189,13 @@ class RepoIndexer:
             log.info("skipped %r: file name is not UTF-8", rel)
             return False
         try:
-            st = full.stat()
+            st = full.lstat()  # never follows a link, never opens (a FIFO's open blocks)
         except OSError as e:
             report.skipped_unreadable += 1
             log.info("skipped %s: %s", rel, e.strerror)
+            return False
+        if not stat.S_ISREG(st.st_mode):  # swapped since the walk listed it
+            report.refuse(rel, SYMLINK if stat.S_ISLNK(st.st_mode) else NOT_REGULAR)
             return False
         if st.st_size > self.max_bytes:
             report.skipped_large += 1
@@ -186,8 +208,13 @@ class RepoIndexer:
         ):
             report.unchanged += 1
             return True
-        try:
-            data = full.read_bytes()
+        try:  # and what is opened is checked again: it may be swapped after the lstat
+            with open_checked(full, root=self.root) as f:
+                st = os.fstat(f.fileno())
+                data = f.read(self.max_bytes + 1)
+        except Refused as e:
+            report.refuse(rel, e.reason)
+            return False
         except OSError as e:  # vanished or unreadable between walk and read
             report.skipped_unreadable += 1
             log.info("skipped %s: %s", rel, e.strerror)

@@ -16,6 +16,9 @@ there, with no record duplicated or lost.
   whole when their size or mtime changes; records that disappeared are forgotten.
 - A transcript file that vanished keeps its records (agents delete old sessions;
   the history is the memory of them) until ``assistd history forget``.
+- A path that is not a regular file (a FIFO, a socket, a device; one swapped in since
+  it was listed too) is refused and counted by reason (``TranscriptReport.refused``):
+  it is opened without blocking and checked, never waited on.
 
 Records are scoped by the project they belong to (the record's ``cwd``, resolved
 to its git root), so one project's transcripts never draft in another.
@@ -27,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -41,9 +45,11 @@ from storage.transcripts.base import (
     Rewind,
     TranscriptError,
     WholeParser,
+    loads,
 )
 from storage.transcripts.detect import HEAD_BYTES as SNIFF_BYTES
 from storage.transcripts.detect import detect_format, open_bytes, parser_for
+from storage.walk import NOT_REGULAR, SYMLINK, Refused, open_checked
 
 log = logging.getLogger(__name__)
 
@@ -70,22 +76,30 @@ class TranscriptReport:
     records_removed: int = 0
     tokens: int = 0
     skipped_malformed: int = 0
+    skipped_too_deep: int = 0  # of the malformed: JSON nested past MAX_JSON_DEPTH
     skipped_unknown: int = 0
     skipped_duplicate: int = 0
     dropped_blobs: int = 0
     redactions: int = 0
     formats: dict[str, int] = field(default_factory=dict)
+    # Paths not read, by reason (storage.walk.NOT_REGULAR, SYMLINK, EMPTY_FOLDER) -> count.
+    refused: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def add(self, other: TranscriptReport) -> None:
         for k, v in asdict(other).items():
-            if k == "formats":
+            if isinstance(v, dict):
+                mine = getattr(self, k)
                 for f, n in v.items():
-                    self.formats[f] = self.formats.get(f, 0) + n
+                    mine[f] = mine.get(f, 0) + n
             else:
                 setattr(self, k, getattr(self, k) + v)
+
+    def refuse(self, path, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        log.debug("refused %s: %s", path, reason)
 
 
 def _sha(data: bytes) -> str:
@@ -117,16 +131,23 @@ class TranscriptIngester:
 
     # -- public ---------------------------------------------------------------
 
-    def ingest(self, path: Path, default_scope: str | None = None) -> TranscriptReport:
-        """Read what is new in one transcript file. Never raises for bad content."""
+    def ingest(self, path: Path, default_scope: str | None = None, *,
+                follow: bool = True) -> TranscriptReport:
+        """Read what is new in one transcript file. Never raises for bad content.
+
+        A path that is not a regular file, or (``follow=False``) is a symbolic link, is
+        refused and counted in ``refused``; nothing is opened in a way that can block."""
         report = TranscriptReport()
         path = Path(os.path.abspath(path))
         source = str(path)
         row = self.store.transcript_state(source)
-        try:
-            st = path.stat()
+        try:  # no open yet: the open of a FIFO would block
+            st = path.stat() if follow else path.lstat()
         except OSError:
             report.vanished += 1
+            return report
+        if not stat.S_ISREG(st.st_mode):
+            report.refuse(source, SYMLINK if stat.S_ISLNK(st.st_mode) else NOT_REGULAR)
             return report
         if row is not None and row["size"] == st.st_size and row["mtime_ns"] == st.st_mtime_ns \
                 and row["inode"] == st.st_ino:
@@ -134,27 +155,33 @@ class TranscriptIngester:
             return report
         fallback = default_scope or self._gemini_scope(path) or f"transcripts:{path.parent}"
         try:
-            with open(path, "rb") as f:
+            # One checked open serves the whole pass: the stat above named a regular
+            # file, but what is read is what this opened (it may be swapped since).
+            with open_checked(path, follow=follow) as f:
+                st = os.fstat(f.fileno())
                 sniff = f.read(SNIFF_BYTES)
-            head = sniff[:HEAD_BYTES]
-            compressed = head.startswith(ZSTD_MAGIC)
-            fmt = row["format"] if row is not None else None
-            if fmt is None:
-                if compressed:
-                    sniff = open_bytes(path, max_bytes=SNIFF_BYTES)
-                fmt = detect_format(path, sniff)
-            if fmt is None:
-                report.unknown_format += 1
-                log.info("skipped %s: not a known transcript format", source)
-                return report
-            parser = parser_for(fmt)
-            if isinstance(parser, WholeParser) or compressed:
-                self._ingest_whole(path, st, fmt, parser, fallback, report)
-            else:
-                self._ingest_tail(path, st, fmt, parser, row, head, fallback, report)
+                head = sniff[:HEAD_BYTES]
+                compressed = head.startswith(ZSTD_MAGIC)
+                fmt = row["format"] if row is not None else None
+                if fmt is None:
+                    if compressed:
+                        sniff = open_bytes(path, max_bytes=SNIFF_BYTES, file=f)
+                    fmt = detect_format(path, sniff)
+                if fmt is None:
+                    report.unknown_format += 1
+                    log.info("skipped %s: not a known transcript format", source)
+                    return report
+                parser = parser_for(fmt)
+                if isinstance(parser, WholeParser) or compressed:
+                    self._ingest_whole(path, f, st, fmt, parser, fallback, report)
+                else:
+                    self._ingest_tail(path, f, st, fmt, parser, row, head, fallback, report)
         except TranscriptError as e:  # e.g. a whole-JSON file caught mid-rewrite
             report.unparseable += 1
             log.info("skipped %s: %s", source, e)
+            return report
+        except Refused as e:  # swapped for a FIFO (or a link) since the stat
+            report.refuse(source, e.reason)
             return report
         except OSError as e:  # vanished or unreadable mid-read: counted, records kept
             report.vanished += 1
@@ -166,8 +193,8 @@ class TranscriptIngester:
 
     # -- whole files ----------------------------------------------------------
 
-    def _ingest_whole(self, path, st, fmt, parser, fallback, report) -> None:
-        data = open_bytes(path, max_bytes=MAX_WHOLE_BYTES + 1)  # a .zst bomb stops here
+    def _ingest_whole(self, path, f, st, fmt, parser, fallback, report) -> None:
+        data = open_bytes(path, max_bytes=MAX_WHOLE_BYTES + 1, file=f)  # a .zst bomb stops here
         if len(data) > MAX_WHOLE_BYTES:
             report.skipped_large += 1
             log.info("skipped %s: over %d bytes", path, MAX_WHOLE_BYTES)
@@ -194,7 +221,7 @@ class TranscriptIngester:
 
     # -- appended files ---------------------------------------------------------
 
-    def _ingest_tail(self, path, st, fmt, parser: LineParser, row, head, fallback,
+    def _ingest_tail(self, path, f, st, fmt, parser: LineParser, row, head, fallback,
                      report) -> None:
         source = str(path)
         offset, base = 0, {}
@@ -210,45 +237,44 @@ class TranscriptIngester:
                 offset, base = row["offset"], row
                 parser.load_state(json.loads(row["state"] or "{}"))
         size = CHUNK_BYTES
-        with open(path, "rb") as f:
-            while True:
-                f.seek(offset)
-                chunk = f.read(size)
-                at_eof = len(chunk) < size
-                lines, consumed = _complete_lines(chunk, at_eof and parser.json_lines)
-                if consumed == 0 and not at_eof:  # one line longer than the chunk
-                    if size < MAX_LINE_BYTES:
-                        size *= 2
-                        continue
-                    end = _next_newline(f, offset + size)
-                    if end is None:
-                        break  # still being written: wait for its end
-                    with self.store.transaction():  # skip the giant line, keep the place
-                        offset = end
-                        report.skipped_large += 1
-                        f.seek(0)
-                        self._save_state(path, st, fmt, offset, f.read(min(offset, HEAD_BYTES)),
-                                         parser, base, report, complete=False)
-                    size = CHUNK_BYTES
+        while True:
+            f.seek(offset)
+            chunk = f.read(size)
+            at_eof = len(chunk) < size
+            lines, consumed = _complete_lines(chunk, at_eof and parser.json_lines)
+            if consumed == 0 and not at_eof:  # one line longer than the chunk
+                if size < MAX_LINE_BYTES:
+                    size *= 2
                     continue
-                if consumed == 0 and not reset:
-                    break  # nothing complete yet: a partly written last line waits
-                with self.store.transaction():
-                    if reset:  # forgetting and re-reading commit together
-                        report.records_removed += self.store.forget_transcript(source)
-                        reset = False
-                    ops = []
-                    for line in lines:  # blank lines too: aider replies have paragraphs
-                        ops.extend(parser.feed_line(line))
-                    stored = self.store.transcript_records(source)
-                    records = self._apply(ops, stored, source)
-                    self._write_records(source, records, stored, fallback, report, force=True)
-                    offset += consumed
+                end = _next_newline(f, offset + size)
+                if end is None:
+                    break  # still being written: wait for its end
+                with self.store.transaction():  # skip the giant line, keep the place
+                    offset = end
+                    report.skipped_large += 1
                     f.seek(0)
                     self._save_state(path, st, fmt, offset, f.read(min(offset, HEAD_BYTES)),
-                                     parser, base, report, complete=at_eof)
-                if at_eof:
-                    break
+                                     parser, base, report, complete=False)
+                size = CHUNK_BYTES
+                continue
+            if consumed == 0 and not reset:
+                break  # nothing complete yet: a partly written last line waits
+            with self.store.transaction():
+                if reset:  # forgetting and re-reading commit together
+                    report.records_removed += self.store.forget_transcript(source)
+                    reset = False
+                ops = []
+                for line in lines:  # blank lines too: aider replies have paragraphs
+                    ops.extend(parser.feed_line(line))
+                stored = self.store.transcript_records(source)
+                records = self._apply(ops, stored, source)
+                self._write_records(source, records, stored, fallback, report, force=True)
+                offset += consumed
+                f.seek(0)
+                self._save_state(path, st, fmt, offset, f.read(min(offset, HEAD_BYTES)),
+                                 parser, base, report, complete=at_eof)
+            if at_eof:
+                break
 
     # -- shared -------------------------------------------------------------------
 
@@ -355,6 +381,7 @@ class TranscriptIngester:
             now = getattr(parser.stats, name)
             counters[name] = (base.get(name) or 0) + now
             setattr(report, name, now)
+        report.skipped_too_deep = parser.stats.skipped_too_deep  # in skipped_malformed
         records = self.store.db.execute(
             "select count(*) from documents where source = ? and source_kind = 'transcript'",
             [source]).fetchone()[0]
@@ -422,8 +449,8 @@ def _complete_lines(chunk: bytes, at_eof: bool) -> tuple[list[bytes], int]:
     rest = chunk[end:]
     if at_eof and rest.strip().startswith(b"{"):
         try:
-            whole = isinstance(json.loads(rest), dict)
-        except ValueError:
+            whole = isinstance(loads(rest), dict)
+        except ValueError:  # TooDeep included: a line nested 100,000 deep is never parsed
             whole = False
         if whole:
             lines.append(rest)
@@ -438,8 +465,8 @@ def ingest_paths(store: HistoryStore, paths, tokenize, fingerprint,
     """Ingest transcript files and folders (walked recursively; each file's format is
     detected from its content). Returns the summed report."""
     ingester = TranscriptIngester(store, tokenize, fingerprint, max_record_bytes=max_record_bytes)
-    files = list(iter_transcript_files(paths))
     total = TranscriptReport()
+    files = list(iter_transcript_files(paths, total))
     for n, f in enumerate(files, 1):
         total.add(ingester.ingest(f, default_scope))
         if progress is not None:
@@ -448,20 +475,42 @@ def ingest_paths(store: HistoryStore, paths, tokenize, fingerprint,
 
 
 TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".zst", ".traj", ".md")
+EMPTY_FOLDER = "a folder with no transcript files"  # a ``refused`` reason, as walk's
 
 
-def iter_transcript_files(paths):
+def iter_transcript_files(paths, report: TranscriptReport | None = None):
     """Files given, plus the candidate files under folders given (sorted, no symlinks
-    followed); candidates are those with a transcript-like suffix."""
+    followed); candidates are those with a transcript-like suffix.
+
+    Not yielded, and with ``report`` counted in ``report.refused`` by reason (plus one
+    warning per path given, since the user named it): a path given that is neither a
+    file nor a folder (a FIFO, a socket), a folder given that holds no candidate, and
+    candidates under folders that are symbolic links or not regular files."""
+    warn = log.warning if report is not None else log.debug
+    report = report if report is not None else TranscriptReport()
     for p in paths:
         p = Path(p)
         if p.is_file():
             yield p
         elif p.is_dir():
+            found = False
             for dirpath, dirnames, filenames in os.walk(p, followlinks=False):
                 dirnames.sort()
                 for name in sorted(filenames):
                     if name.endswith(TRANSCRIPT_SUFFIXES):
                         full = Path(dirpath) / name
-                        if full.is_file() and not full.is_symlink():
+                        if full.is_symlink():
+                            report.refuse(full, SYMLINK)
+                        elif not full.is_file():  # a FIFO named like a transcript
+                            report.refuse(full, NOT_REGULAR)
+                        else:
+                            found = True
                             yield full
+            if not found:
+                report.refuse(p, EMPTY_FOLDER)
+                warn("%s: no transcript files (%s) in this folder", p,
+                            ", ".join(f"*{s}" for s in TRANSCRIPT_SUFFIXES))
+        elif p.exists():
+            report.refuse(p, NOT_REGULAR)
+            warn("%s: not a regular file or a folder (a FIFO, socket or device);"
+                        " skipped", p)

@@ -7,16 +7,23 @@ overrides a shallower one), then ``.assistdignore`` files at the same levels.
 Patterns use gitignore semantics through ``pathspec.GitIgnoreSpec``. An ignored
 directory is not descended into, so, as in git, a file inside it cannot be
 re-included. Symbolic links are not followed (git stores them as links).
+
+A listing is only a hint: a file can be swapped between the walk and the read (for a
+FIFO, whose open would block forever, or a symbolic link out of the repository).
+:func:`open_checked` opens without blocking or following and then checks what it
+opened; the callers count each refusal by its reason.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pathspec
 
@@ -29,6 +36,60 @@ BUILTIN_EXCLUDES = [
     ".netrc", ".pgpass", ".npmrc", ".pypirc",
 ]
 IGNORE_FILES = (".gitignore", ".assistdignore")
+
+# Why open_checked refused a file (the keys of the callers' ``refused`` counts).
+NOT_REGULAR = "not a regular file"   # a FIFO, socket, device or directory
+SYMLINK = "a symbolic link"          # where links are not followed (repository files)
+OUTSIDE = "outside the scope"        # it resolved outside the root it was listed under
+
+
+class Refused(OSError):
+    """:func:`open_checked` would not read this file; ``reason`` is one of NOT_REGULAR,
+    SYMLINK, OUTSIDE."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
+
+
+def _real_path(fd: int, path) -> str:
+    try:  # what the descriptor points at, not what the name points at now
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc (macOS): the name's, which a swap may have moved
+        return os.path.realpath(path)
+
+
+def open_checked(path, *, root: Path | None = None, follow: bool = False) -> BinaryIO:
+    """``path`` opened for binary reading, after checking what was opened.
+
+    The open never blocks (``O_NONBLOCK``: a FIFO opens at once and is refused) and,
+    unless ``follow``, does not follow a symbolic link in the last component
+    (``O_NOFOLLOW``). Refused (:class:`Refused`, an OSError): anything but a regular
+    file, a link when not following, and with ``root`` (a resolved directory) a file
+    whose real path is outside it (a directory on the way swapped for a link).
+    Other OSErrors (vanished, no permission) pass through.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and e.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: the BSDs
+            raise Refused(path, SYMLINK) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(path, NOT_REGULAR)
+        if root is not None:
+            real, top = _real_path(fd, path), str(root)
+            if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
+                raise Refused(path, OUTSIDE)
+        os.set_blocking(fd, True)  # a regular file: plain blocking reads from here
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @functools.cache
@@ -47,9 +108,10 @@ def global_excludes_file() -> Path | None:
 
 
 def _spec_from_file(path: Path) -> pathspec.GitIgnoreSpec | None:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    try:  # a FIFO named .gitignore must not hang the walk
+        with open_checked(path, follow=True) as f:
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:  # missing, unreadable or refused: no rules from it
         return None
     return pathspec.GitIgnoreSpec.from_lines(lines)
 

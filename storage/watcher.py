@@ -133,9 +133,9 @@ class HistoryWatcher:
         report = TranscriptReport()
         for ix in self.indexers:
             aider = ix.root / AIDER_HISTORY
-            if aider.is_file():
-                report.add(self.ingester.ingest(aider, ix.scope))
-        for f in iter_transcript_files(self.transcripts):
+            if aider.is_file():  # inside a repository: a link is not followed, as there
+                report.add(self.ingester.ingest(aider, ix.scope, follow=False))
+        for f in iter_transcript_files(self.transcripts, report):
             report.add(self.ingester.ingest(f))
         return repo_reports, report
 
@@ -239,8 +239,9 @@ class HistoryWatcher:
             path = Path(f)
             files = list(iter_transcript_files([path])) if path.is_dir() else [path]
             for tf in files:
-                try:
-                    batch.transcripts.add(self.ingester.ingest(tf, scope))
+                try:  # a link is followed only where the user named it
+                    batch.transcripts.add(self.ingester.ingest(
+                        tf, scope, follow=tf in self.transcripts))
                 except Exception:  # noqa: BLE001
                     log.exception("ingesting %s failed", tf)
                 batch.transcript_files += 1

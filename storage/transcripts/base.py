@@ -28,7 +28,9 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable
+from itertools import accumulate
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -54,6 +56,75 @@ log = logging.getLogger("assistd.transcripts")
 # string was expected, a missing key, JSON nested past the recursion limit): the record
 # is skipped and counted, never the file lost or the watcher stopped.
 BAD_RECORD = (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError)
+
+
+# Deepest nesting of arrays and objects a transcript's JSON may have (real ones stay under
+# 30). Deeper JSON is refused by a linear scan BEFORE json.loads, whose recursion (and that
+# of the parsers walking the result) a document nested 100,000 deep would exhaust.
+MAX_JSON_DEPTH = 256
+# A JSON string (an unterminated one runs to the end, so the scan stays linear), or a bracket.
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)'
+_STRINGS = re.compile(_STRING, re.S)
+_TOKENS = re.compile(_STRING + r"|[\[\]{}]", re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than ``MAX_JSON_DEPTH`` (a ValueError: invalid JSON for callers)."""
+
+
+def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``text`` nests arrays/objects (outside strings) deeper than ``limit``.
+    Linear; text with at most ``limit`` opening brackets in all is answered by counting.
+
+    >>> json_too_deep('{"a": [[1]], "s": "[[[["}', limit=3), json_too_deep("[[[[]]]]", limit=3)
+    (False, True)
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    brackets = _NOT_BRACKET.sub("", _STRINGS.sub("", text))
+    depth = 0
+    for depth in accumulate(map(_STEP.__getitem__, brackets)):
+        if depth > limit:
+            return True
+    return False
+
+
+def prune_deep(text: str, limit: int = MAX_JSON_DEPTH) -> tuple[str, int]:
+    """``text`` with every array/object nested deeper than ``limit`` replaced by ``null``,
+    and how many were replaced (a whole document keeps its other entries).
+
+    >>> prune_deep('{"a": [[[1]], 2], "b": "[[[["}', limit=2)
+    ('{"a": [null, 2], "b": "[[[["}', 1)
+    """
+    if not json_too_deep(text, limit):
+        return text, 0
+    out, kept, depth, start, pruned = [], 0, 0, None, 0
+    for m in _TOKENS.finditer(text):
+        step = _STEP.get(m.group())
+        if step is None:
+            continue  # a string
+        depth += step
+        if step > 0 and depth == limit + 1:
+            start = m.start()
+        elif step < 0 and depth == limit and start is not None:
+            out += (text[kept:start], "null")
+            kept, start, pruned = m.end(), None, pruned + 1
+    if start is not None:  # unterminated: invalid JSON whatever follows
+        out += (text[kept:start], "null")
+        kept, pruned = len(text), pruned + 1
+    out.append(text[kept:])
+    return "".join(out), pruned
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` of ``text``, refused first (``TooDeep``) when nested deeper than
+    ``MAX_JSON_DEPTH``. Raises ValueError (TooDeep included) for anything not JSON."""
+    # latin-1 maps bytes one to one, and brackets, quotes and backslashes are ASCII.
+    if json_too_deep(text.decode("latin-1") if isinstance(text, bytes) else text):
+        raise TooDeep(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return json.loads(text)
 
 
 def clean_text(text: str) -> str:
@@ -101,6 +172,7 @@ class ParseStats:
     lines: int = 0
     records: int = 0            # Put/Append ops emitted (ops that carry text)
     skipped_malformed: int = 0  # lines/entries that are not valid JSON or not the expected shape
+    skipped_too_deep: int = 0   # of those: JSON nested past MAX_JSON_DEPTH (refused unparsed)
     skipped_unknown: int = 0    # record types this parser does not know
     skipped_duplicate: int = 0  # text already emitted for the same record
     dropped_blobs: int = 0      # images, signatures, encrypted reasoning, originalFile, ...
@@ -142,6 +214,24 @@ class _Parser:
             self._logged.add(kind)
             log.info("%s transcript: skipped a record of an unexpected shape (%s: %s)",
                      self.format, kind, str(e)[:200])
+
+    def _too_deep(self, n: int = 1) -> None:
+        """Count ``n`` values refused for nesting past ``MAX_JSON_DEPTH``, logged once."""
+        self.stats.skipped_malformed += n
+        self.stats.skipped_too_deep += n
+        if "TooDeep" not in self._logged:
+            self._logged.add("TooDeep")
+            log.info("%s transcript: skipped JSON nested deeper than %d levels",
+                     self.format, MAX_JSON_DEPTH)
+
+    def _guarded(self, fn, *args) -> list:
+        """``fn(*args)`` (the records of ONE entry), or [] with the entry counted as
+        malformed when its shape is one the code cannot walk: the other entries stay."""
+        try:
+            return fn(*args)
+        except BAD_RECORD as e:
+            self._bad_record(e)
+            return []
 
 
 class LineParser(_Parser):
@@ -185,8 +275,11 @@ class LineParser(_Parser):
         if not line.strip():
             return None
         try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
+            value = loads(line)
+        except TooDeep:
+            self._too_deep()
+            return None
+        except (ValueError, RecursionError):
             self.stats.skipped_malformed += 1
             return None
         if not isinstance(value, dict):
@@ -204,8 +297,9 @@ class WholeParser(_Parser):
 
     def parse(self, data: bytes) -> list[Put]:
         """Every record of the file, in order. Raises TranscriptError if it is not
-        parseable at all (a shape the parser's code cannot walk included); bad entries
-        are counted in ``stats`` and skipped."""
+        parseable at all (not JSON, or not the format's top-level shape); a bad entry
+        (a shape the code cannot walk) is counted in ``stats`` and skipped, and a value
+        nested past ``MAX_JSON_DEPTH`` is replaced by null and counted (``skipped_too_deep``)."""
         try:
             return self._count(list(self._parse(self._load(data))))
         except BAD_RECORD as e:
@@ -217,8 +311,11 @@ class WholeParser(_Parser):
         raise NotImplementedError
 
     def _load(self, data: bytes) -> Any:
+        text, pruned = prune_deep(data.decode("utf-8", errors="replace"))
+        if pruned:
+            self._too_deep(pruned)
         try:
-            return json.loads(data.decode("utf-8", errors="replace"))
+            return json.loads(text)
         except (ValueError, RecursionError) as e:
             raise TranscriptError(
                 f"{self.format} transcript is not valid JSON ({e}); "
@@ -259,7 +356,7 @@ class Head:
             line = line.strip()
             if line.startswith("{") and line.endswith("}"):
                 try:
-                    value = json.loads(line)
+                    value = loads(line)
                 except (ValueError, RecursionError):
                     continue
                 if isinstance(value, dict):
@@ -268,7 +365,7 @@ class Head:
         stripped = text.strip()
         if stripped[:1] in ("{", "["):
             try:
-                whole = json.loads(stripped)
+                whole = json.loads(prune_deep(stripped)[0])
             except (ValueError, RecursionError):
                 whole = None
         first_line = text.lstrip("\ufeff").split("\n", 1)[0]

@@ -31,8 +31,8 @@ import re
 import shlex
 
 from storage.transcripts.base import (
-    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, LineParser, Op, Put, register,
-    remember, shown_text, text_hash,
+    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, LineParser, Op, Put, loads,
+    register, remember, shown_text, text_hash,
 )
 
 KNOWN_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
@@ -69,8 +69,8 @@ def render_function_call(name: str, arguments) -> tuple[str, str | None]:
     """(text, language_id) of a function call's ``arguments`` string."""
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     try:
-        args = json.loads(raw)
-    except ValueError:
+        args = loads(raw)
+    except ValueError:  # TooDeep included
         return raw, None
     if isinstance(args, dict):
         command = render_command(args.get("cmd", args.get("command")))

@@ -13,6 +13,7 @@ import dataclasses
 import fnmatch
 import io
 from pathlib import Path
+from typing import BinaryIO
 
 import zstandard
 
@@ -24,6 +25,7 @@ from storage.transcripts.base import (
     TranscriptError,
     WholeParser,
 )
+from storage.walk import open_checked
 
 HEAD_BYTES = 64 * 1024
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -33,7 +35,8 @@ def _decompress(raw: io.BufferedIOBase, max_bytes: int | None, path: Path) -> by
     # Streaming: Codex archives may lack the frame content size, and may hold several frames.
     out = bytearray()
     try:
-        with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:
+        with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True,
+                                                           closefd=False) as reader:
             while max_bytes is None or len(out) < max_bytes:
                 chunk = reader.read(1 << 20)
                 if not chunk:
@@ -45,18 +48,25 @@ def _decompress(raw: io.BufferedIOBase, max_bytes: int | None, path: Path) -> by
     return bytes(out if max_bytes is None else out[:max_bytes])
 
 
-def open_bytes(path: str | Path, max_bytes: int | None = None) -> bytes:
+def open_bytes(path: str | Path, max_bytes: int | None = None, *,
+               file: BinaryIO | None = None) -> bytes:
     """The file's bytes, zstd-decompressed when it starts with the zstd magic 28 B5 2F FD.
 
     ``max_bytes`` reads only that many (decompressed) bytes, e.g. ``HEAD_BYTES`` for detection.
+    ``file``: read this already opened file (from its start) instead of opening ``path``.
+    Opening never blocks: a FIFO, a directory or a device raises
+    :class:`storage.walk.Refused` (an OSError), as do the other OSErrors of a read.
     """
     path = Path(path)
-    with open(path, "rb") as f:
-        magic = f.read(4)
-        f.seek(0)
-        if magic == ZSTD_MAGIC:
-            return _decompress(f, max_bytes, path)
-        return f.read() if max_bytes is None else f.read(max_bytes)
+    if file is None:
+        with open_checked(path, follow=True) as f:
+            return open_bytes(path, max_bytes, file=f)
+    file.seek(0)
+    magic = file.read(4)
+    file.seek(0)
+    if magic == ZSTD_MAGIC:
+        return _decompress(file, max_bytes, path)
+    return file.read() if max_bytes is None else file.read(max_bytes)
 
 
 def _sniff(cls, head: Head) -> int:

@@ -152,7 +152,7 @@ class GeminiJsonParser(WholeParser):
             if not _is_message(msg):
                 self.stats.skipped_malformed += 1
                 continue
-            for put in message_puts(msg, self.stats, self.context_turns):
+            for put in self._guarded(message_puts, msg, self.stats, self.context_turns):
                 if put.key in seen:
                     self.stats.skipped_duplicate += 1
                 seen[put.key] = put  # last write wins, first position kept

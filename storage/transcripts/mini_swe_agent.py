@@ -95,17 +95,18 @@ class MiniSweAgentParser(WholeParser):
         cwd = env.get("cwd") if isinstance(env.get("cwd"), str) else None
         puts: list[Put] = []
         for i, msg in enumerate(doc["messages"]):
-            if not isinstance(msg, dict):
-                self.stats.skipped_malformed += 1
-                continue
-            if msg.get("role") != "assistant":
-                kind = SHOWN_KINDS.get(msg.get("role")) if self.context_turns else None
-                text = content_text(msg.get("content"), self.stats) if kind else ""
-                if text.strip():
-                    puts.append(Put(f"ctx:msg{i}", text, kind, cwd))
-                continue
-            text = content_text(msg.get("content"), self.stats)
-            if text.strip():
-                puts.append(Put(f"msg{i}", text, ASSISTANT, cwd))
-            puts.extend(tool_call_puts(f"msg{i}", msg.get("tool_calls"), cwd, self.stats))
+            puts.extend(self._guarded(self._message, msg, i, cwd))
         return puts
+
+    def _message(self, msg, i: int, cwd: str | None) -> list[Put]:
+        """Records of ``messages[i]``."""
+        if not isinstance(msg, dict):
+            self.stats.skipped_malformed += 1
+            return []
+        if msg.get("role") != "assistant":
+            kind = SHOWN_KINDS.get(msg.get("role")) if self.context_turns else None
+            text = content_text(msg.get("content"), self.stats) if kind else ""
+            return [Put(f"ctx:msg{i}", text, kind, cwd)] if text.strip() else []
+        text = content_text(msg.get("content"), self.stats)
+        puts = [Put(f"msg{i}", text, ASSISTANT, cwd)] if text.strip() else []
+        return puts + tool_call_puts(f"msg{i}", msg.get("tool_calls"), cwd, self.stats)

@@ -25,13 +25,12 @@ With ``context_turns`` on (offline replay), what the model was shown is emitted 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, Put, TranscriptError, WholeParser,
-    json_text, register, shown_text,
+    json_text, loads, register, shown_text,
 )
 from assistd.ground.languages import language_id
 
@@ -58,8 +57,8 @@ def _tool_call_args(event: dict) -> dict:
     for call in calls if isinstance(calls, list) else []:
         if isinstance(call, dict) and call.get("id") == meta.get("tool_call_id"):
             try:
-                args = json.loads(call["function"]["arguments"])
-            except (KeyError, TypeError, ValueError):
+                args = loads(call["function"]["arguments"])
+            except (KeyError, TypeError, ValueError):  # TooDeep is a ValueError
                 return {}
             return args if isinstance(args, dict) else {}
     return {}
@@ -99,30 +98,29 @@ class OpenHandsParser(WholeParser):
                                   "check the file or pick another format")
         puts: list[Put] = []
         for i, event in enumerate(events):
-            if not isinstance(event, dict):
-                self.stats.skipped_malformed += 1
-                continue
-            if "observation" in event:
-                if self.context_turns:
-                    puts.extend(self._shown(event, TOOL_RESULT, event.get("content"), i))
-                continue
-            action = event.get("action")
-            if action is None:
-                self.stats.skipped_unknown += 1
-                continue
-            if action not in KNOWN_ACTIONS:
-                self.stats.skipped_unknown += 1
-                continue
-            args = event.get("args") if isinstance(event.get("args"), dict) else {}
-            if self.context_turns and action == "system":
-                puts.extend(self._shown(event, SYSTEM, args.get("content"), i))
-                continue
-            if event.get("source") != "agent":
-                if self.context_turns and action == "message":
-                    puts.extend(self._shown(event, USER, args.get("content"), i))
-                continue
-            puts.extend(self._action(event, action, f"event{event.get('id', i)}"))
+            puts.extend(self._guarded(self._event, event, i))
         return puts
+
+    def _event(self, event, i: int) -> list[Put]:
+        """Records of one event (``i``: its index, the key when it has no id)."""
+        if not isinstance(event, dict):
+            self.stats.skipped_malformed += 1
+            return []
+        if "observation" in event:
+            return self._shown(event, TOOL_RESULT, event.get("content"), i) \
+                if self.context_turns else []
+        action = event.get("action")
+        if action is None or action not in KNOWN_ACTIONS:  # a list here raises: the event is bad
+            self.stats.skipped_unknown += 1
+            return []
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        if self.context_turns and action == "system":
+            return self._shown(event, SYSTEM, args.get("content"), i)
+        if event.get("source") != "agent":
+            if self.context_turns and action == "message":
+                return self._shown(event, USER, args.get("content"), i)
+            return []
+        return self._action(event, action, f"event{event.get('id', i)}")
 
     @staticmethod
     def _shown(event: dict, kind: str, content, i: int) -> list[Put]:

@@ -18,13 +18,12 @@ With ``context_turns`` on (offline replay), what the model was shown is emitted 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, Put, TranscriptError, WholeParser,
-    register, shown_text,
+    loads, register, shown_text,
 )
 
 
@@ -32,8 +31,8 @@ def _working_dir(step: dict) -> str | None:
     state = step.get("state")
     if isinstance(state, str):  # older versions stored the state as a JSON string
         try:
-            state = json.loads(state)
-        except ValueError:
+            state = loads(state)
+        except ValueError:  # TooDeep included
             return None
     wd = state.get("working_dir") if isinstance(state, dict) else None
     return wd if isinstance(wd, str) and wd else None
@@ -64,7 +63,7 @@ class SweAgentParser(WholeParser):
             puts = []
             for j, attempt in enumerate(doc["attempts"]):
                 if isinstance(attempt, dict):
-                    puts.extend(self._run(attempt, f"attempt{j}/"))
+                    puts.extend(self._guarded(self._run, attempt, f"attempt{j}/"))
                 else:
                     self.stats.skipped_malformed += 1
             return puts
@@ -79,31 +78,36 @@ class SweAgentParser(WholeParser):
         history = run.get("history") if isinstance(run.get("history"), list) else []
         source, label = (steps, "step") if steps else (
             [h for h in history if isinstance(h, dict) and h.get("role") == "assistant"], "history")
-        cwd = None
+        self._cwd = None  # the last step's working_dir, inherited by the steps after it
         shown = self._shown(history, label, prefix) if self.context_turns else None
         if shown is not None:
             puts.extend(shown[0])
         for i, step in enumerate(source):
             if shown is not None and i > 0:
                 puts.extend(shown[i] if label == "history" and i < len(shown) else [])
-            if not isinstance(step, dict):
-                self.stats.skipped_malformed += 1
-                continue
-            cwd = _working_dir(step) or cwd
-            thought = step.get("thought")
-            if not isinstance(thought, str) and label == "history":
-                thought = step.get("content") if isinstance(step.get("content"), str) else None
-            action = step.get("action")
-            if isinstance(thought, str) and thought.strip():
-                puts.append(Put(f"{prefix}{label}{i}/thought", thought, ASSISTANT, cwd))
-            if isinstance(action, str) and action.strip():
-                puts.append(Put(f"{prefix}{label}{i}/action", action, TOOL_INPUT, cwd))
-            observation = step.get("observation")
-            if shown is not None and label == "step" and isinstance(observation, str) \
-                    and observation.strip():
-                puts.append(Put(f"ctx:{prefix}step{i}/observation", observation, TOOL_RESULT, cwd))
+            puts.extend(self._guarded(self._step, step, i, label, prefix, shown is not None))
         if shown is not None and label == "history" and 0 < len(source) < len(shown):
             puts.extend(shown[len(source)])  # after the last assistant entry
+        return puts
+
+    def _step(self, step, i: int, label: str, prefix: str, shown: bool) -> list[Put]:
+        """Records of one ``trajectory[]`` step (or assistant ``history[]`` entry)."""
+        if not isinstance(step, dict):
+            self.stats.skipped_malformed += 1
+            return []
+        cwd = self._cwd = _working_dir(step) or self._cwd
+        puts = []
+        thought = step.get("thought")
+        if not isinstance(thought, str) and label == "history":
+            thought = step.get("content") if isinstance(step.get("content"), str) else None
+        action = step.get("action")
+        if isinstance(thought, str) and thought.strip():
+            puts.append(Put(f"{prefix}{label}{i}/thought", thought, ASSISTANT, cwd))
+        if isinstance(action, str) and action.strip():
+            puts.append(Put(f"{prefix}{label}{i}/action", action, TOOL_INPUT, cwd))
+        observation = step.get("observation")
+        if shown and label == "step" and isinstance(observation, str) and observation.strip():
+            puts.append(Put(f"ctx:{prefix}step{i}/observation", observation, TOOL_RESULT, cwd))
         return puts
 
     @staticmethod
@@ -123,7 +127,8 @@ class SweAgentParser(WholeParser):
                 groups.append([])
                 continue
             text = shown_text(h.get("content"))
-            kind = kinds.get(h.get("role"), USER)
+            role = h.get("role")
+            kind = kinds.get(role, USER) if isinstance(role, str) else USER
             if len(groups) > 1 and kind == USER and h.get("message_type") == "observation":
                 kind = TOOL_RESULT
             if text.strip():

@@ -272,6 +272,7 @@ def test_claude_groups_a_response_split_over_lines():
     assert {r.cwd for k, r in records.items() if k.startswith(("msg_B", "msg_C"))} == {"/proj/b"}
     assert "msg_S" not in records  # <synthetic> client notice, not model output
     assert parser.stats.as_dict() == {"lines": 15, "records": 6, "skipped_malformed": 1,
+                                      "skipped_too_deep": 0,
                                       "skipped_unknown": 1, "skipped_duplicate": 1, "dropped_blobs": 2}
 
 
@@ -296,6 +297,7 @@ def test_codex_commands_patches_and_cwd():
         ("call_4", TOOL_INPUT, '{"code": "console.log(1)", "title": "t"}', "/work/p2", None),
     ]
     assert parser.stats.as_dict() == {"lines": 15, "records": 5, "skipped_malformed": 1,
+                                      "skipped_too_deep": 0,
                                       "skipped_unknown": 1, "skipped_duplicate": 1, "dropped_blobs": 1}
 
 
@@ -324,6 +326,7 @@ def test_gemini_rewind_drops_target_and_later_records():
         "m1": "Sure, writing it.", "m1/c1": "print('hello')\n",
         "m4": "Here is another answer.", "m5": "Compressed summary reply."}
     assert parser.stats.as_dict() == {"lines": 18, "records": 8, "skipped_malformed": 1,
+                                      "skipped_too_deep": 0,
                                       "skipped_unknown": 2, "skipped_duplicate": 4, "dropped_blobs": 1}
 
 
