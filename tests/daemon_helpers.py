@@ -53,9 +53,10 @@ class Daemon:
 
 
 def start_daemon(tmp: Path, *args: str, tcp: bool = False, db: Path | None = None,
-                 wait: float = 180) -> Daemon:
+                 wait: float = 180, env: dict | None = None, preexec_fn=None) -> Daemon:
     """``assistd serve`` on a socket in ``tmp`` (and loopback TCP with a token file);
-    returns once ``/healthz`` answers. Raises AssertionError with the log if it exits."""
+    returns once ``/healthz`` answers. Raises AssertionError with the log if it exits.
+    ``env``: more environment (``ASSISTD_*`` settings); ``preexec_fn``: as Popen's."""
     tmp.mkdir(parents=True, exist_ok=True)
     d = Daemon(proc=None, socket=tmp / "run" / "assistd.sock", db=db or tmp / "history.db",
                log=tmp / "daemon.log")
@@ -64,8 +65,9 @@ def start_daemon(tmp: Path, *args: str, tcp: bool = False, db: Path | None = Non
     if tcp:
         d.port, d.token_file = free_port(), tmp / "token"
         cmd += ["--tcp", f"127.0.0.1:{d.port}", "--token-file", str(d.token_file)]
-    env = {k: v for k, v in os.environ.items() if k not in ("ASSISTD_SOCKET",)}
-    d.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+    env = {**{k: v for k, v in os.environ.items() if k not in ("ASSISTD_SOCKET",)},
+           **(env or {})}
+    d.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=preexec_fn,
                               stderr=open(tmp / "daemon.stderr", "w"))
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 from pathlib import Path
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -25,5 +27,81 @@ def setup_logging(log_file: Path | str | None = None, verbose: bool = False) -> 
     handlers: list[logging.Handler] = [stderr]
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file))
+    limit = RateLimitFilter()
+    for h in handlers:
+        h.addFilter(limit)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers,
                         format=FORMAT)
+
+
+class RateLimitFilter(logging.Filter):
+    """A flood of one message is counted, not repeated; a flood of many is capped.
+
+    Records are keyed by (logger, level, message template: ``record.msg`` before its
+    arguments). The first record of a key passes; the others within ``window_s``
+    seconds are dropped and counted; the first of the key after the window passes
+    with `` [repeated N more times in the last S s, not logged]`` added to its message.
+    Beyond that, at most ``per_s`` records a second pass (bursts of ``burst``), whatever
+    their keys: text formatted before logging makes every record a new key. Those
+    dropped are told on the next record that passes. :meth:`pending` tells what is
+    counted but not yet reported (say it at exit).
+
+    Put one instance on every handler: the decision is made once per record (kept on
+    the record), so the handlers agree. At most ``max_keys`` keys are remembered, the
+    least recently seen forgotten. ``clock``: seconds, monotonic. Thread-safe."""
+
+    def __init__(self, window_s: float = 60.0, max_keys: int = 4096, per_s: float = 20.0,
+                 burst: float = 200.0, clock=time.monotonic):
+        super().__init__()
+        self._clock = clock  # seconds; a test's own clock
+        self.window_s, self.max_keys, self.per_s, self.burst = window_s, max_keys, per_s, burst
+        self._seen: dict[tuple, list] = {}  # key -> [window start (monotonic), dropped]
+        self._tokens, self._refilled = burst, clock()
+        self._over = 0  # dropped by the overall rate since the last record that passed
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        decided = getattr(record, "_assistd_rate_limit", None)
+        if decided is not None:
+            return decided
+        key = (record.name, record.levelno, str(record.msg))
+        now = self._clock()
+        with self._lock:
+            self._tokens = min(self.burst, self._tokens + (now - self._refilled) * self.per_s)
+            self._refilled = now
+            entry = self._seen.pop(key, None)
+            passed = False
+            if entry is not None and now - entry[0] < self.window_s:
+                entry[1] += 1
+            elif self._tokens < 1:
+                self._over += 1
+                if entry is not None:
+                    entry[1] += 1
+            else:
+                self._tokens -= 1
+                notes = []
+                if entry is not None and entry[1]:
+                    notes.append(f"repeated {entry[1]} more times in the last"
+                                 f" {now - entry[0]:.0f} s, not logged")
+                if self._over:
+                    notes.append(f"{self._over} records dropped before this one: over"
+                                 f" {self.per_s:g} records/s")
+                    self._over = 0
+                if notes:
+                    record.msg = f"{record.msg} [{'; '.join(notes)}]"
+                entry = [now, 0]
+                passed = True
+            if entry is None:  # dropped by the overall rate before it was ever logged
+                pass
+            else:
+                self._seen[key] = entry  # last: the least recently seen is forgotten first
+            if len(self._seen) > self.max_keys:
+                del self._seen[next(iter(self._seen))]
+        record._assistd_rate_limit = passed
+        return passed
+
+    def pending(self) -> list[tuple[str, str, int]]:
+        """``(logger, message template, dropped)`` for every key with dropped records
+        not yet reported."""
+        with self._lock:
+            return [(k[0], k[2], e[1]) for k, e in self._seen.items() if e[1]]

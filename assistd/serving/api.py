@@ -15,8 +15,15 @@ Endpoints:
   one (:mod:`assistd.serving.lsp_host`).
 
 Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``, with
-a 4xx status for the client's mistakes. On a TCP listener every request needs
-``Authorization: Bearer <token>``; the Unix socket is protected by its 0600 mode.
+a 4xx status for the client's mistakes: malformed JSON, NaN or out-of-range numbers,
+nesting deeper than :data:`MAX_JSON_DEPTH`, wrong types, unknown keys (in ``assistd``
+objects and on ``/v1/assistd/complete``; OpenAI's bodies ignore keys they do not know,
+as OpenAI's own clients send some), oversize values. A 500 is an internal error, whose
+details go to the log, not to the client. On a TCP listener every request needs
+``Authorization: Bearer <token>``; the Unix socket is protected by its 0600 mode. A
+request over TCP whose ``Host`` is not loopback, or one with a non-loopback ``Origin``
+on any transport, is refused with a 403 (DNS rebinding, cross-site requests from a web
+page in the user's browser).
 
 The wire shapes (request models, checks, response bodies) live in
 :mod:`assistd.serving.openai_wire`; this module is the HTTP side: reading a body,
@@ -30,21 +37,25 @@ import asyncio
 import hmac
 import json
 import logging
+import math
+import re
 import time
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from assistd.ground.errors import AssistdError, InputError, ModelError
+from assistd.ground.options import parse_k
 from assistd.runtime.scheduler import AGENT, EDITOR, PRIORITIES
 from assistd.serving.openai_wire import (  # noqa: F401 - re-exported: the API's names
     ApiError,
     AssistdOptions,
     ChatRequest,
+    CompleteRequest,
     CompletionRequest,
     Message,
     _Common,
@@ -83,18 +94,58 @@ def _sse(body: dict) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
+# Real requests nest a few levels (chat content parts: 5); json's C decoder recurses
+# per level, so depth is bounded before it runs.
+MAX_JSON_DEPTH = 32
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_PAIR = re.compile(rb"\[\]|\{\}")
+
+
+def json_depth_ok(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when the brackets of ``body`` (outside strings) nest at most ``limit`` deep
+    and balance. Linear C-speed passes (regex and translate), one per level."""
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKET)
+    for _ in range(limit):
+        if not brackets:
+            return True
+        brackets, n = _PAIR.subn(b"", brackets)
+        if not n:
+            return False  # unbalanced: not JSON anyway
+    return not brackets
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):  # 1e400: json.loads would give inf
+        raise ValueError(f"{text[:40]} is out of range of a 64-bit float")
+    return x
+
+
 async def _read_json(request: Request, limit: int) -> dict:
-    """The request's JSON object, at most ``limit`` bytes (max_request_bytes)."""
+    """The request's JSON object, at most ``limit`` bytes (max_request_bytes) and
+    :data:`MAX_JSON_DEPTH` levels deep. Raises ApiError 413 (too big), 400 (not JSON,
+    not an object, too deep, NaN/Infinity)."""
     size = request.headers.get("content-length")
     if size is not None and size.isdigit() and int(size) > limit:
         raise ApiError(413, f"request body of {size} bytes is over the limit of"
                             f" {limit} (max_request_bytes)", code="request_too_large")
-    body = await request.body()
+    try:
+        body = await request.body()
+    except ClientDisconnect:  # it hung up (or the daemon closed it) mid-body: no 500 logged
+        raise ApiError(400, "the client disconnected before the body ended") from None
     if len(body) > limit:
         raise ApiError(413, f"request body over {limit} bytes", code="request_too_large")
+    if not json_depth_ok(body):
+        raise ApiError(400, f"request body is not valid JSON or nests more than"
+                            f" {MAX_JSON_DEPTH} levels deep", code="invalid_json")
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
         raise ApiError(400, f"request body is not valid JSON: {e}",
                        code="invalid_json") from None
     if not isinstance(data, dict):
@@ -274,6 +325,8 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
 
     async def stats(request: Request):
         scope = request.query_params.get("scope")
+        if scope is not None and (len(scope) > 4096 or "\0" in scope):
+            raise ApiError(400, "scope must be a path (at most 4096 characters)", param="scope")
         out = await asyncio.wrap_future(service.submit(lambda: service.stats_job(scope),
                                                        EDITOR, "stats"))
         return JSONResponse({**out, "daemon": service.status()})
@@ -282,14 +335,18 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         return JSONResponse(service.status())
 
     async def complete(request: Request):
-        data = await _read_json(request, config.max_request_bytes)
-        if not isinstance(data.get("prompt_text"), str):
-            raise ApiError(400, "prompt_text (a string) is required", param="prompt_text")
-        n = data.get("max_tokens", 64)
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= config.max_tokens_limit:
-            raise ApiError(400, f"max_tokens must be 1..{config.max_tokens_limit}",
-                           param="max_tokens")
-        return JSONResponse(await asyncio.wrap_future(service.complete_at(data)))
+        req = parse_request(CompleteRequest,
+                            await _read_json(request, config.max_request_bytes))
+        if req.max_tokens > config.max_tokens_limit:
+            raise ApiError(400, f"max_tokens must be 1..{config.max_tokens_limit}"
+                                " (max_tokens_limit)", param="max_tokens")
+        try:
+            parse_k(req.k)
+        except InputError as e:
+            raise ApiError(400, str(e), param="k") from None
+        args = req.model_dump(exclude_none=True)
+        args["sampling"] = req.sampling.model_dump() if req.sampling else {}
+        return JSONResponse(await asyncio.wrap_future(service.complete_at(args)))
 
     routes = [
         Route("/v1/completions", completions, methods=["POST"]),
@@ -305,6 +362,9 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         ApiError: _on_api_error, AssistdError: _on_error, ValueError: _on_error,
         HTTPException: _on_http, Exception: _on_error})
     app.add_middleware(_TokenAuth, token=token)
+    tcp = config.tcp_address()
+    app.add_middleware(_LoopbackOnly, extra_hosts=(tcp[0],) if tcp and config.allow_remote
+                       else ())  # outermost: refused before the token is even looked at
     return app
 
 
@@ -350,22 +410,80 @@ def _status_of(exc: BaseException) -> tuple[int, str]:
         return 400, str(exc)
     if isinstance(exc, RuntimeError) and "shutting down" in str(exc):
         return 503, "the daemon is shutting down; retry when it is back"
-    return 500, f"internal error: {type(exc).__name__}: {exc}"
+    return 500, "internal error; the daemon's log has the details"
+
+
+def _over_unix(scope) -> bool:
+    """uvicorn gives a Unix-socket connection the server address ``(path, None)``."""
+    server = scope.get("server")
+    return isinstance(server, (tuple, list)) and len(server) == 2 and server[1] is None
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def host_name(value: str) -> str:
+    """The host of a ``Host`` header or an origin's authority, lower case, without the
+    port or IPv6 brackets: ``"[::1]:8765"`` -> ``"::1"``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    name, sep, port = value.rpartition(":")
+    return name if sep and port.isdigit() else value
+
+
+def origin_host(origin: str) -> str | None:
+    """The host of an ``Origin`` header (``"null"``, opaque or malformed: None)."""
+    scheme, sep, rest = origin.strip().partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest:
+        return None
+    return host_name(rest.split("/", 1)[0].rpartition("@")[2])
+
+
+class _LoopbackOnly:
+    """Pure ASGI middleware against DNS rebinding and cross-site requests: a web page
+    in the user's browser can reach a loopback port, under a foreign ``Host`` (a
+    rebound name) or with its own ``Origin``. Over TCP the ``Host`` must be a loopback
+    name (any port) or one of ``extra_hosts`` (the address of an allow_remote
+    listener); on every transport an ``Origin``, when sent, must be loopback too.
+    Refused with a 403 naming the header. A Unix socket's ``Host`` is whatever its
+    client wrote (httpx: the URL's), and no browser reaches it."""
+
+    def __init__(self, app, extra_hosts=()):
+        self.app = app
+        self.hosts = LOOPBACK_HOSTS | {host_name(h) for h in extra_hosts}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            host = headers.get(b"host", b"").decode("latin-1")
+            origin = headers.get(b"origin")
+            refusal = None
+            if not _over_unix(scope) and host_name(host) not in self.hosts:
+                refusal = ("forbidden_host", f"Host {host[:100]!r} is not this machine's"
+                           " loopback address; the API answers only 127.0.0.1, localhost"
+                           " or [::1] (a foreign Host is how a web page reaches a local"
+                           " port: DNS rebinding)")
+            elif origin is not None and origin_host(origin.decode("latin-1")) not in self.hosts:
+                refusal = ("forbidden_origin", f"Origin {origin.decode('latin-1')[:100]!r}"
+                           " is not loopback; requests from web pages are refused")
+            if refusal is not None:
+                code, message = refusal
+                await _error(403, message, code=code, kind="permission_error")(
+                    scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _TokenAuth:
-    """Pure ASGI middleware: a request over TCP needs ``Authorization: Bearer <token>``.
-
-    uvicorn gives a Unix-socket connection the server address ``(path, None)``, a TCP
-    one ``(host, port)``: everything but the former is checked."""
+    """Pure ASGI middleware: a request over TCP needs ``Authorization: Bearer <token>``
+    (a Unix socket is protected by its 0600 mode)."""
 
     def __init__(self, app, token: str | None):
         self.app, self.token = app, token
 
     async def __call__(self, scope, receive, send):
-        server = scope.get("server")
-        unix = isinstance(server, (tuple, list)) and len(server) == 2 and server[1] is None
-        if scope["type"] == "http" and not unix:
+        if scope["type"] == "http" and not _over_unix(scope):
             header = dict(scope.get("headers") or []).get(b"authorization", b"")
             expected = f"Bearer {self.token}".encode() if self.token else None
             if expected is None or not hmac.compare_digest(header, expected):

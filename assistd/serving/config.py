@@ -74,9 +74,14 @@ class Config:
     token_file: str | None = None  # None = <config dir>/token
     max_request_bytes: int = 8_000_000
     max_tokens_limit: int = 4096  # the most tokens one API request may ask for
+    # a connection must send a whole request within this of connecting or of its last
+    # response, else it is closed (slow or idle clients must not hold descriptors)
+    header_timeout_ms: int = 10_000
+    max_connections: int = 1024  # per transport (Unix socket, TCP); see daemon.py
     # logs
     log_file: str | None = None  # None = <user log dir>/assistd.log
     log_level: str = "info"
+    log_repeat_window_ms: int = 60_000  # a message repeated within this is counted, not logged
 
     def socket_path(self) -> Path:
         return Path(self.socket).expanduser() if self.socket else runtime_dir() / "assistd.sock"
@@ -168,7 +173,8 @@ def _validate(c: Config) -> Config:
     check_proposer(c.proposer)
     if c.n_ctx < 64:
         raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
-    for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit"):
+    for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit",
+                 "header_timeout_ms", "max_connections", "log_repeat_window_ms"):
         if getattr(c, name) < 1:
             raise InputError(f"{name} must be at least 1, not {getattr(c, name)}")
     if c.log_level.lower() not in ("debug", "info", "warning", "error"):

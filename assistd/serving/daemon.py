@@ -7,6 +7,14 @@ transcripts in the history (its own SQLite connection; the engine's index follow
 the store's change log). SIGTERM and SIGINT stop accepting, let the request in
 hand finish (its ledger row is written with it), stop the watcher after its batch,
 close the store and remove the socket.
+
+Against hostile local clients (:class:`ConnectionGuard`): a connection must send a
+whole request within ``header_timeout_ms``, each transport holds at most
+``max_connections`` (the idle or slow ones make room for new ones), the descriptor
+limit is raised to the hard one and the cap fitted into it; out of descriptors anyway,
+asyncio pauses accepting for a second and the daemon carries on. The log goes through
+:data:`LOG_LIMIT`: a flood of one message is counted, not written. The watcher is
+restarted with a backoff when something kills it (:class:`WatcherThread`).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from pathlib import Path
 
 from assistd.serving.config import Config
 from assistd.ground.errors import InputError
+from assistd.ground.logs import RateLimitFilter
 
 log = logging.getLogger("assistd.daemon")
 
@@ -43,13 +52,19 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
+LOG_LIMIT = RateLimitFilter()  # one per process: every handler the daemon logs through
+
+
 def setup_logging(config: Config) -> Path:
-    """Structured (JSON lines) log to the log file, human lines to stderr."""
+    """Structured (JSON lines) log to the log file, human lines to stderr; both through
+    :data:`LOG_LIMIT` (a repeated message is counted, not repeated: a flood of bad
+    requests must not fill the disk). uvicorn's loggers propagate to them."""
     path = config.log_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not path.exists():  # the log names files and repositories: private, like the history
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     level = getattr(logging, config.log_level.upper())
+    LOG_LIMIT.window_s = config.log_repeat_window_ms / 1000
     root = logging.getLogger()
     root.handlers.clear()
     root.setLevel(level)
@@ -57,8 +72,9 @@ def setup_logging(config: Config) -> Path:
     fh.setFormatter(_JsonFormatter())
     eh = logging.StreamHandler()
     eh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(fh)
-    root.addHandler(eh)
+    for h in (fh, eh):
+        h.addFilter(LOG_LIMIT)
+        root.addHandler(h)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
@@ -138,17 +154,161 @@ def bind_tcp(host: str, port: int) -> socket.socket:
     return sock
 
 
-class WatcherThread:
-    """The history watcher on its own thread and SQLite connection."""
+# -- connection limits ---------------------------------------------------------------
 
-    def __init__(self, config: Config, tokenize, fingerprint: str):
+# Descriptors kept beside the caps: ~20 at rest (the store, the model, the sockets),
+# and asyncio accepts up to 100 connections in a burst before the guard closes any.
+FD_RESERVE = 128
+
+
+def raise_fd_limit(max_connections: int, transports: int) -> int:
+    """Raise the soft descriptor limit to the hard one, and return the connection cap
+    per transport that fits in it: ``max_connections``, or less (with a warning) when
+    ``transports`` caps plus :data:`FD_RESERVE` would not fit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    fit = max(8, (soft - FD_RESERVE) // max(transports, 1))
+    if fit < max_connections:
+        log.warning("max_connections = %d per transport does not fit the descriptor limit"
+                    " of %d; using %d", max_connections, soft, fit)
+    return min(max_connections, fit)
+
+
+class ConnectionGuard:
+    """What uvicorn does not do for the daemon: a deadline on every request, and a cap
+    on the connections of each transport (Unix socket, TCP).
+
+    ``header_timeout_s``: a connection must deliver a whole request (headers and body)
+    within this many seconds of connecting or of its previous response, or it is
+    closed (a slowloris never finishes its headers; uvicorn's keep-alive timeout
+    starts only after a response). ``cap``: connections per transport. At the cap a
+    new connection closes the oldest one that is waiting for a request (idle, or
+    sending one slowly: never one whose request is in hand, which over TCP has passed
+    the token check) so junk cannot starve a real client; when every connection has a
+    request in hand the new one is closed instead. Counts are in :meth:`status`."""
+
+    def __init__(self, header_timeout_s: float, cap: int):
+        self.header_timeout_s, self.cap = header_timeout_s, cap
+        self.open: dict[str, dict] = {"unix": {}, "tcp": {}}  # insertion order = age
+        self.counts = {"timed_out": 0, "evicted": 0, "refused": 0}
+
+    def admit(self, conn) -> bool:
+        """Register ``conn`` (a new connection); False when it must be closed."""
+        live = self.open[conn.transport_kind]
+        if len(live) >= self.cap:
+            oldest = next((c for c in live if c.deadline is not None), None)
+            if oldest is None:
+                self.counts["refused"] += 1
+                log.warning("%s connection refused: all %d connections have a request in"
+                            " hand (max_connections)", conn.transport_kind, self.cap)
+                return False
+            self.counts["evicted"] += 1
+            log.warning("%s connections at the cap of %d: closing the oldest one waiting"
+                        " for a request", conn.transport_kind, self.cap)
+            oldest.close_idle()
+        live[conn] = None
+        return True
+
+    def forget(self, conn) -> None:
+        self.open[conn.transport_kind].pop(conn, None)
+
+    def status(self) -> dict:
+        return {"open": {k: len(v) for k, v in self.open.items()}, "cap": self.cap,
+                "header_timeout_s": self.header_timeout_s, **self.counts}
+
+
+def guarded_protocol(guard: ConnectionGuard):
+    """uvicorn's h11 protocol class with ``guard``'s deadline and cap."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11(H11Protocol):
+        deadline = None  # the TimerHandle while waiting for a request, else None
+        transport_kind = "tcp"
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self.transport_kind = "unix" if self.server and self.server[1] is None else "tcp"
+            if not guard.admit(self):
+                self.connections.discard(self)
+                transport.abort()
+                return
+            self._arm()
+
+        def connection_lost(self, exc):
+            self._disarm()
+            guard.forget(self)
+            super().connection_lost(exc)
+
+        def handle_events(self):
+            super().handle_events()
+            if self.cycle is not None and not self.cycle.response_complete \
+                    and not self.cycle.more_body:
+                self._disarm()  # the whole request is in: the app has it now
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            if not self.transport.is_closing() and (
+                    self.cycle is None or self.cycle.response_complete):
+                self._arm()
+
+        def _arm(self):
+            self._disarm()
+            self.deadline = self.loop.call_later(guard.header_timeout_s, self._timed_out)
+
+        def _disarm(self):
+            if self.deadline is not None:
+                self.deadline.cancel()
+                self.deadline = None
+
+        def _timed_out(self):
+            self.deadline = None
+            guard.counts["timed_out"] += 1
+            log.info("closing a %s connection that sent no whole request in %g s"
+                     " (header_timeout_ms)", self.transport_kind, guard.header_timeout_s)
+            self.close_idle()
+
+        def close_idle(self):
+            self._disarm()
+            guard.forget(self)
+            if not self.transport.is_closing():
+                # A plain close (FIN), as uvicorn's keep-alive timeout does: a client
+                # pool sees it and does not reuse the connection.
+                self.transport.close()
+
+    return GuardedH11
+
+
+class WatcherThread:
+    """The history watcher on its own thread and SQLite connection.
+
+    Whatever kills a run of the watcher (an unreadable database, a bug), the thread
+    logs it and starts it again after a backoff: ``backoff_s`` seconds, doubled after
+    each failure up to ``max_backoff_s``, back to ``backoff_s`` once a run has stayed
+    up ``healthy_s`` seconds. Meanwhile the API serves without it; :meth:`status` says
+    ``state`` ("starting", "scanning", "watching", "restarting", "stopped"),
+    ``restarts``, ``error`` (the last failure) and ``retry_in_s``."""
+
+    def __init__(self, config: Config, tokenize, fingerprint: str, *,
+                 backoff_s: float = 1.0, max_backoff_s: float = 60.0,
+                 healthy_s: float = 300.0):
         self.config, self.tokenize, self.fingerprint = config, tokenize, fingerprint
+        self.backoff_s, self.max_backoff_s, self.healthy_s = backoff_s, max_backoff_s, healthy_s
         self.stop_event = threading.Event()
         self.state = "starting"
         self.batches = 0
+        self.restarts = 0
         self.last_batch: dict | None = None
         self.initial: dict | None = None
         self.error: str | None = None
+        self.error_at: float | None = None
+        self.retry_at: float | None = None  # time.time() of the next start, while waiting
         self._thread = threading.Thread(target=self._run, name="assistd-watcher", daemon=True)
 
     def start(self) -> None:
@@ -159,10 +319,34 @@ class WatcherThread:
         self._thread.join(timeout)
 
     def status(self) -> dict:
-        return {"state": self.state, "batches": self.batches, "initial_scan": self.initial,
-                "last_batch": self.last_batch, "error": self.error}
+        retry = self.retry_at
+        return {"state": self.state, "batches": self.batches, "restarts": self.restarts,
+                "initial_scan": self.initial, "last_batch": self.last_batch,
+                "error": self.error, "error_at": self.error_at,
+                "retry_in_s": None if retry is None else max(0.0, round(retry - time.time(), 1))}
 
     def _run(self) -> None:
+        delay = self.backoff_s
+        while not self.stop_event.is_set():
+            began = time.monotonic()
+            try:
+                self._run_once()
+                break  # stopped
+            except Exception as e:  # noqa: BLE001 - the API keeps serving; retried below
+                self.error, self.error_at = f"{type(e).__name__}: {e}", round(time.time(), 3)
+                if time.monotonic() - began >= self.healthy_s:
+                    delay = self.backoff_s  # it ran well for a while: a fresh failure
+                log.exception("the history watcher failed; restarting it in %g s", delay)
+            self.state, self.retry_at = "restarting", time.time() + delay
+            if self.stop_event.wait(delay):
+                break
+            self.retry_at = None
+            self.restarts += 1
+            delay = min(delay * 2, self.max_backoff_s)
+        self.state, self.retry_at = "stopped", None
+
+    def _run_once(self) -> None:
+        """One run: open the store, scan, watch until stopped. Raises what fails."""
         from assistd.runtime.runtime import open_store
         from storage.indexer import find_repository_root
         from storage.retention import enforce_budget
@@ -172,6 +356,7 @@ class WatcherThread:
         store = None
         watcher = None
         try:
+            self.state = "starting"
             store = open_store(Path(c.db).expanduser() if c.db else None)
             repos = [find_repository_root(Path(r).expanduser()) for r in c.repos]
             locations = [Path(t).expanduser() for t in c.transcripts]
@@ -201,15 +386,13 @@ class WatcherThread:
             watcher.on_batch = on_batch
             self.state = "watching"
             watcher.run(self.stop_event)
-            self.state = "stopped"
-        except Exception as e:  # noqa: BLE001 - the API keeps serving without the watcher
-            self.state, self.error = "failed", f"{type(e).__name__}: {e}"
-            log.exception("the history watcher failed")
         finally:
             if watcher is not None:
-                watcher.stop()
+                with contextlib.suppress(Exception):  # already failing: keep the first error
+                    watcher.stop()
             if store is not None:
-                store.close()
+                with contextlib.suppress(Exception):
+                    store.close()
 
 
 def serve(config: Config, *, lsp_host=None) -> None:
@@ -260,7 +443,12 @@ def serve(config: Config, *, lsp_host=None) -> None:
     service.watcher = watcher
     watcher.start()
     app = build_app(service, token)
+    guard = ConnectionGuard(config.header_timeout_ms / 1000,
+                            raise_fd_limit(config.max_connections, len(sockets)))
+    service.connections = guard
     server = _Server(uvicorn.Config(app, log_config=None, access_log=False,
+                                    http=guarded_protocol(guard),
+                                    timeout_keep_alive=min(5, guard.header_timeout_s),
                                     timeout_graceful_shutdown=60, lifespan="off"))
     server.service = service
 
@@ -284,6 +472,8 @@ def serve(config: Config, *, lsp_host=None) -> None:
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(sock_path.lstat().st_mode):
                 sock_path.unlink()
+        for name, msg, n in LOG_LIMIT.pending():
+            log.info("%s: %r was repeated %d more times, not logged", name, msg, n)
         log.info("stopped")
 
 

@@ -61,7 +61,7 @@ class AssistdOptions(BaseModel):
     # Any here, checked in check_common: strict (an int or "auto", as OpenAI's types are
     # strict: not "8", not true) and with parse_k's message rather than pydantic's.
     k: Any = Field(None)
-    scope: str | None = None
+    scope: str | None = Field(None, max_length=4096)  # a path; longer ones are OS errors
     language: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+#-]{1,64}$")
     priority: Literal["editor", "shell", "agent"] | None = None
 
@@ -75,7 +75,7 @@ class _Common(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     repetition_penalty: float = Field(1.0, gt=0)
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, lt=1 << 63)  # numpy's generator takes 64 bits
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: dict | None = None
@@ -104,6 +104,35 @@ class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     tools: list | None = None
+
+
+class SamplingFields(BaseModel):
+    """The ``sampling`` object of ``/v1/assistd/complete``: SamplingParams' fields."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    temperature: float = Field(0.0, ge=0, le=2)
+    top_k: int = Field(0, ge=0, le=1 << 20)
+    top_p: float = Field(1.0, gt=0, le=1)
+    repetition_penalty: float = Field(1.0, gt=0, le=100)
+    penalty_last_n: int = Field(64, ge=0, le=1 << 20)
+    seed: int | None = Field(None, ge=0, lt=1 << 63)
+
+
+class CompleteRequest(BaseModel):
+    """``POST /v1/assistd/complete`` (``assistd complete``, the MCP tools): the keyword
+    arguments of :func:`assistd.runtime.session.complete_at`. Unknown keys are refused
+    (this is assistd's own endpoint: a misspelt option must not be silently dropped)."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    prompt_text: str
+    repo: str | None = Field(None, max_length=4096)
+    proposer: str = Field("suffix", max_length=64)
+    k: int | str = "auto"  # checked by parse_k (message and range)
+    max_tokens: int = Field(64, ge=1)  # and <= max_tokens_limit, checked by the API
+    max_prompt_tokens: int = Field(1024, ge=1, le=1 << 20)
+    stop: list[str] | None = Field(None, max_length=4)
+    guess_outside_git: bool = False
+    language: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+#-]{1,64}$")
+    sampling: SamplingFields | None = None
+    client: Literal["cli", "mcp"] | None = None
 
 
 def _validation_message(e: ValidationError) -> tuple[str, str | None]:

@@ -109,6 +109,7 @@ class Service:
         self._inflight: set[threading.Event] = set()  # cancel flags of queued/running generations
         self._inflight_lock = threading.Lock()
         self.watcher = None  # the daemon's WatcherThread, for status()
+        self.connections = None  # the daemon's ConnectionGuard, for status()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -268,5 +269,7 @@ class Service:
             "history_scopes_loaded": self.index.scopes() if self.index is not None else [],
             "history_tokens_loaded": self.index.tokens() if self.index is not None else 0,
             "watcher": self.watcher.status() if self.watcher is not None else None,
+            "connections": (self.connections.status() if self.connections is not None
+                            else None),
             "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
