@@ -108,7 +108,12 @@ def _repo_line(report) -> str:
         f" {report.skipped_unreadable} unreadable;"
         f" {report.decoded_with_replacement} decoded with replacement;"
         f" {report.redactions} secrets redacted"
-    )
+    ) + _refused_lines(report.scope, report.refused)
+
+
+def _refused_lines(what: str, refused: dict[str, int]) -> str:
+    """One line per reason a file was not read (a FIFO, a link out of the repository...)."""
+    return "".join(f"\n{what}: {n} not read: {reason}" for reason, n in sorted(refused.items()))
 
 
 def _transcript_line(t) -> str:
@@ -117,10 +122,11 @@ def _transcript_line(t) -> str:
         f"transcripts: {t.files} files read ({formats}), {t.unchanged} unchanged,"
         f" {t.unknown_format} unknown format, {t.rewritten} rewritten; records"
         f" {t.records_put} stored ({t.tokens} tokens), {t.records_removed} removed;"
-        f" skipped {t.skipped_malformed} malformed lines, {t.skipped_unknown} unknown records,"
-        f" {t.skipped_duplicate} duplicates; {t.dropped_blobs} blobs dropped;"
-        f" {t.redactions} secrets redacted"
-    )
+        f" skipped {t.skipped_malformed} malformed lines"
+        f" ({t.skipped_too_deep} nested too deep), {t.skipped_unknown} unknown records,"
+        f" {t.skipped_duplicate} duplicates; {t.unparseable} files unparseable;"
+        f" {t.dropped_blobs} blobs dropped; {t.redactions} secrets redacted"
+    ) + _refused_lines("transcripts", t.refused)
 
 
 @cli.command()
@@ -255,9 +261,13 @@ def history_stats(db, as_json):
     Example:
         assistd history stats --json
     """
+    from storage.migrations import secret_rescans
     from storage.retention import stats
 
-    s = stats(_history_store(db))
+    store = _history_store(db)
+    s = stats(store)
+    # Values the rescans of stored text redacted (already in the per-kind totals), by rule.
+    s["secret_rescans"] = secret_rescans(store.db)
     if as_json:
         click.echo(json.dumps(s))
         return
@@ -274,6 +284,12 @@ def history_stats(db, as_json):
     click.echo(f"{s['scopes']} scopes; {s['transcript_files']} transcript files"
                f" ({s['transcript_lines_malformed']} malformed lines,"
                f" {s['transcript_records_unknown']} unknown records skipped)")
+    for r in s["secret_rescans"]:
+        rules = ", ".join(f"{k} {n}" for k, n in sorted(r["kinds"].items(), key=lambda kv: -kv[1]))
+        click.echo(f"secrets rescan ({r['name']}): {r['redactions']} values redacted in"
+                   f" {r['changed']} of {r['documents']} stored documents"
+                   + (f" ({rules})" if rules else "")
+                   + (f"; filter failed on {r['failed']}" if r["failed"] else ""))
 
 
 @history.command("sources")
@@ -909,7 +925,15 @@ def status(as_json):
                f" preemptions {st['scheduler']['preemptions']}")
     w = st.get("watcher") or {}
     click.echo(f"watcher: {w.get('state', 'n/a')}, {w.get('batches', 0)} batches"
-               + (f"; error: {w['error']}" if w.get("error") else ""))
+               + (f", {w['restarts']} restarts" if w.get("restarts") else "")
+               + (f", retry in {w['retry_in_s']:.0f} s" if w.get("retry_in_s") is not None
+                  else "")
+               + (f"; last error: {w['error']}" if w.get("error") else ""))
+    conns = st.get("connections")
+    if conns:
+        click.echo(f"connections: unix {conns['open']['unix']}, tcp {conns['open']['tcp']}"
+                   f" (cap {conns['cap']} each); closed: {conns['timed_out']} timed out,"
+                   f" {conns['evicted']} evicted at the cap, {conns['refused']} refused")
     seqs = st.get("sequences")
     if seqs:
         mib = 2**20
@@ -974,7 +998,12 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.option("--tcp", type=_HostPort(), default=None,
               help="Listen on HOST:PORT instead of stdio (loopback only unless --allow-remote).")
 @click.option("--allow-remote", is_flag=True,
-              help="Allow --tcp on a non-loopback address (the protocol has no authentication).")
+              help="Allow --tcp on a non-loopback address (the token is still required,"
+                   " but LSP is plain text: anyone on the path reads your code).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="--tcp: the file holding the token editors must send as"
+                   " initializationOptions.token (created 0600 if missing)."
+                   " [default: the daemon's token file]")
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the server log here too (stderr always gets warnings and errors).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
@@ -982,11 +1011,13 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
               help="Run completions on the daemon (`assistd serve`: its Target, history and"
                    " tuner, shared with every editor and agent), or in this process."
                    " [default: the daemon when one answers]")
-def lsp(stdio, tcp, allow_remote, log_file, verbose, use_daemon):
+def lsp(stdio, tcp, allow_remote, token_file, log_file, verbose, use_daemon):
     """Run the language server: inline completions for VS Code, Neovim and other LSP clients.
 
     Settings come from the client (initializationOptions / didChangeConfiguration,
-    under "assistd"); see editors/ for VS Code and Neovim setup.
+    under "assistd"); see editors/ for VS Code and Neovim setup. Over --tcp the
+    editor must send the token (--token-file) as initializationOptions.token; the
+    server answers nothing else until it has, and serves one editor at a time.
 
     \b
     Examples:
@@ -1004,6 +1035,15 @@ def lsp(stdio, tcp, allow_remote, log_file, verbose, use_daemon):
         raise click.UsageError(f"--tcp {tcp[0]} is not a loopback address; anyone who can reach"
                                " it could read your code: pass --allow-remote to mean it")
     setup_logging(log_file, verbose)
+    token = token_path = None
+    if tcp is not None:
+        from assistd.serving.config import load_config
+        from assistd.serving.daemon import read_or_create_token
+
+        token_path = token_file or load_config()[0].token_path()
+        token = read_or_create_token(token_path)
+        click.echo(f"assistd lsp --tcp {tcp[0]}:{tcp[1]}: editors send the token in"
+                   f" {token_path} as initializationOptions.token", err=True)
     if use_daemon is not False:
         from assistd.serving.client import find_daemon, pipe_lsp, pipe_lsp_tcp, socket_path
         from assistd.serving.lsp_host import lsp_socket_for
@@ -1020,13 +1060,25 @@ def lsp(stdio, tcp, allow_remote, log_file, verbose, use_daemon):
             if tcp is None:
                 pipe_lsp(path, sys.stdin.fileno(), sys.stdout.fileno())
             else:
-                pipe_lsp_tcp(path, tcp)
+                pipe_lsp_tcp(path, tcp, token, token_path)
             return
     server = build_server()
-    if tcp is not None:
-        server.start_tcp(*tcp)
-    else:
+    if tcp is None:
         server.start_io()
+        return
+    import socket
+    import threading
+
+    from assistd.serving.lsp_host import LspTcpGate
+
+    # The same gate as through the daemon; the server reads its end of a socket pair,
+    # and ends with the first editor's session (as it does with stdio).
+    mine, theirs = socket.socketpair()
+    gate = LspTcpGate(tcp, token, lambda: theirs, token_path=token_path, once=True)
+    gate.bind()
+    threading.Thread(target=gate.serve_forever, name="assistd-lsp-tcp", daemon=True).start()
+    with mine, mine.makefile("rb") as reader, mine.makefile("wb") as writer:
+        server.start_io(reader, writer)
 
 
 def main():

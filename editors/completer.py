@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 import uuid
@@ -127,19 +128,26 @@ def _with_budget(stop, budget_ms: int, start: float):
 
 
 def uri_path(uri: str) -> Path | None:
-    """The file path of a decoded ``file:`` URI (as pygls keys documents: ``%20`` already
-    a space), else None (untitled buffers, remote schemes). The host part is ignored.
+    """The real path (symlinks and ``..`` resolved, :func:`os.path.realpath`) of a
+    decoded ``file:`` URI (as pygls keys documents: ``%20`` already a space), else None:
+    untitled buffers and other schemes, another host's file (``file://host/...``;
+    ``localhost`` is this one), a relative or NUL-holding path. Scopes are chosen on
+    this path, so a buffer reached through ``A/../B`` or a symlink in A is B's.
 
     >>> uri_path("file:///tmp/my file#1.py"), uri_path("untitled:Untitled-1")
     (PosixPath('/tmp/my file#1.py'), None)
     """
-    if not uri.startswith("file:"):
+    if uri[:5].lower() != "file:":
         return None
-    rest = uri[len("file:"):]
+    rest = uri[5:]
     if rest.startswith("//"):
-        rest = rest[2:]
-        rest = rest[rest.find("/"):] if "/" in rest else "/"
-    return Path(rest)
+        host, slash, rest = rest[2:].partition("/")
+        if host.lower() not in ("", "localhost"):
+            return None
+        rest = slash + rest
+    if not rest.startswith("/") or "\0" in rest:
+        return None
+    return Path(os.path.realpath(rest))
 
 
 class Completer:
@@ -241,8 +249,8 @@ class Completer:
         for uri, text in buffers.items():
             if len(text) > MAX_BUFFER_CHARS:
                 continue
-            path = uri_path(uri)
-            if path is None or not str(path).startswith(scope.rstrip("/") + "/"):
+            path = uri_path(uri)  # real paths on both sides: no way out through .. or links
+            if path is None or path == Path(scope) or not path.is_relative_to(scope):
                 continue
             entry = self._buffers.get(uri)
             fresh = entry is not None and self.index.has(entry[0])

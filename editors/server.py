@@ -21,7 +21,12 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import (
+    JsonRpcException,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcServerNotInitialized,
+)
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
@@ -59,9 +64,38 @@ DISMISSED = "assistd/didDismissCompletion"
 
 
 class _Protocol(LanguageServerProtocol):
-    """pygls's protocol, except that a request whose params do not deserialize (a
-    negative or non-integer position, ``position: null``) is answered InvalidParams:
-    pygls only logs it, and the client would wait for an answer forever."""
+    """pygls's protocol, except that every request gets exactly one answer, as LSP's
+    lifecycle says (pygls executes requests before ``initialize``, with a -32603 and a
+    traceback where the workspace is missing, and ignores those after ``shutdown``, so a
+    waiting client hangs):
+
+    - before ``initialize``: ServerNotInitialized (-32002); notifications are dropped;
+    - a second ``initialize``, or any request after ``shutdown``: InvalidRequest (-32600);
+    - params that do not deserialize (a negative or non-integer position,
+      ``position: null``): InvalidParams (-32602).
+    """
+
+    _initialize_seen = False
+
+    def handle_message(self, message):
+        method = getattr(message, "method", None)
+        msg_id = getattr(message, "id", None) if method is not None else None
+        refusal = None
+        if method == types.EXIT or method is None:  # exit, and the client's responses
+            pass
+        elif method == types.INITIALIZE and not self._initialize_seen:
+            self._initialize_seen = True
+        elif method == types.INITIALIZE:
+            refusal = JsonRpcInvalidRequest("initialize was already sent on this connection")
+        elif not self._initialize_seen:
+            refusal = JsonRpcServerNotInitialized(f"{method} before initialize")
+        elif self._shutdown:
+            refusal = JsonRpcInvalidRequest(f"{method} after shutdown: only exit is accepted")
+        if refusal is None:
+            return super().handle_message(message)
+        if msg_id is not None:  # a refused notification is dropped without an answer
+            self._send_response(msg_id, error=refusal.to_response_error())
+        log.debug("refused %s: %s", method, refusal)
 
     def structure_message(self, data):
         try:
@@ -289,16 +323,20 @@ def build_server(settings: Settings | None = None, completer=None,
             ls.submit(ls.completer.event, str(sid), "dismissed")
 
     @server.feature(types.SHUTDOWN)
-    def shutdown(ls: AssistdServer, params):
+    async def shutdown(ls: AssistdServer, params):
         for req in ls.latest.values():
             req.cancel.set()
         # Cancel pending requests here, over a copy: pygls 2.1 cancels them while
         # iterating the dict their callbacks pop from ("dictionary changed size").
-        current = ls.protocol.msg_id
+        # This handler's own task is in that dict too, under a key of pygls's.
+        current, me = ls.protocol.msg_id, asyncio.current_task()
         for msg_id, fut in list(ls.protocol._request_futures.items()):
-            if msg_id != current and not fut.done():
+            if msg_id != current and fut is not me and not fut.done():
                 fut.cancel()
-        ls.worker.submit(ls.completer.close).result(timeout=30)
+        # Awaited, with no timeout: a shutdown right after start waits for the model
+        # to finish loading, then answers null (it was a -32603 after 30 s on a busy
+        # machine, with the event loop blocked meanwhile).
+        await ls.run(ls.completer.close)
 
     return server
 

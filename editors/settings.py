@@ -137,6 +137,8 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
         return base, [f"assistd settings must be an object, not {type(raw).__name__}; using defaults"]
     changes, warnings = {}, []
     for key, value in raw.items():
+        if key == "token":  # `lsp --tcp`'s credential, checked before the server: not a setting
+            continue
         name = _KEYS.get(key)
         if name is None:
             warnings.append(f"unknown assistd setting {key!r} ignored")

@@ -131,23 +131,26 @@ def pipe_lsp(path: Path, fd_in: int, fd_out: int) -> None:
         sock.close()
 
 
-def pipe_lsp_tcp(path: Path, address: tuple[str, int]) -> None:
+def pipe_lsp_tcp(path: Path, address: tuple[str, int], token: str,
+                 token_path: Path | str = "the token file") -> None:
     """``assistd lsp --tcp`` through the daemon: listen on ``address`` (HOST, PORT) and
-    pipe each TCP connection to the daemon's editor socket ``path`` (:func:`pipe_lsp`),
-    until interrupted."""
+    join the editor that sends ``token`` in its initialize request to the daemon's editor
+    socket ``path``, one editor at a time (:class:`assistd.serving.lsp_host.LspTcpGate`:
+    the same rules as the in-process server), until interrupted. Raises
+    :class:`InputError` when the address cannot be bound."""
     import socket
-    import threading
 
-    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as srv:
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        srv.bind(address)
-        srv.listen(8)
-        while True:
-            conn, _ = srv.accept()
+    from assistd.serving.lsp_host import LspTcpGate
 
-            def serve(c=conn):
-                with c:
-                    pipe_lsp(path, c.fileno(), c.fileno())
+    def connect() -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(path))
+        except OSError as e:
+            sock.close()
+            raise InputError(f"the daemon's editor socket {path} does not answer ({e.strerror})")
+        return sock
 
-            threading.Thread(target=serve, daemon=True).start()
+    gate = LspTcpGate(address, token, connect, token_path=token_path)
+    gate.bind()
+    gate.serve_forever()

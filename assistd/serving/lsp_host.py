@@ -7,16 +7,25 @@ daemon's scheduler at editor priority. Which server runs is registered by the CL
 (``serve(..., lsp_host=factory)``): the serving layer knows no editor. A factory is
 called as ``factory(runtime, executor, reader, writer, label=...)`` and returns when
 the client disconnects; the session ends with its connection.
+
+:class:`LspTcpGate` is ``assistd lsp --tcp``'s front door, in front of either server
+(the daemon's, or one in the ``assistd lsp`` process): the token, one editor at a
+time, LSP framing only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
+import json
 import logging
+import selectors
 import socket
 import threading
+import time
 from pathlib import Path
 
+from assistd.ground.errors import InputError
 from assistd.runtime.scheduler import EDITOR
 
 log = logging.getLogger("assistd.daemon")
@@ -98,3 +107,245 @@ class LspHost:
 
     def status(self) -> dict:
         return {"socket": str(self.path), "sessions": len(self.sessions), "served": self.served}
+
+
+# -- `assistd lsp --tcp`: the gate in front of a language server -------------------------
+#
+# Both transports (`assistd lsp --no-daemon --tcp`: the server in this process;
+# `assistd lsp --tcp` with a daemon: the server in the daemon) put this gate between
+# TCP and the server, so the rules live in one place: an editor proves itself with the
+# token in its initialize request before a byte reaches the server; one editor at a
+# time; nothing but LSP framing (a browser's HTTP request is dropped unread).
+
+TCP_TOKEN_KEY = "token"  # initializationOptions.token (or initializationOptions.assistd.token)
+HANDSHAKE_S = 30.0  # an unauthenticated connection is dropped after this long
+MAX_HEADER = 1024  # bytes of one message's header block
+MAX_BODY = 4 << 20  # bytes of one message before authentication (initialize is ~10 KB)
+MAX_PENDING = 8  # unauthenticated connections at once
+_HEADERS = (b"content-length:", b"content-type:")
+
+
+class NotLsp(Exception):
+    """The peer sent something other than LSP's base protocol (an HTTP request, garbage)."""
+
+
+def _frame(payload: dict) -> bytes:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def read_message(conn: socket.socket, buf: bytearray) -> dict | None:
+    """One LSP message from ``conn`` (``buf``: bytes already read, consumed in place), or
+    None at end of file. Raises :class:`NotLsp` at the first byte that cannot be LSP
+    framing (each header line must be Content-Length or Content-Type), and
+    ``TimeoutError`` per the socket's timeout."""
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        head = bytes(buf[:end if end >= 0 else len(buf)]).lower()
+        for line in head.split(b"\r\n"):
+            line = line.rstrip(b"\r")  # a line end may arrive in two reads
+            if line and not any(line[:len(h)] == h[:len(line)] for h in _HEADERS):
+                raise NotLsp(f"not LSP framing: {bytes(buf[:40])!r}")
+        if end > MAX_HEADER or (end < 0 and len(buf) > MAX_HEADER):
+            raise NotLsp("header block too long")
+        if end >= 0:
+            break
+        data = conn.recv(4096)
+        if not data:
+            return None
+        buf += data
+    length = None
+    for line in head.split(b"\r\n"):
+        if line.startswith(b"content-length:"):
+            value = line.split(b":", 1)[1].strip()
+            length = int(value) if value.isdigit() else None
+    if length is None or length > MAX_BODY:
+        raise NotLsp("missing, malformed or oversized Content-Length")
+    del buf[:end + 4]
+    while len(buf) < length:
+        data = conn.recv(65536)
+        if not data:
+            return None
+        buf += data
+    body = bytes(buf[:length])
+    del buf[:length]
+    try:
+        msg = json.loads(body)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise NotLsp("body is not JSON") from None
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        raise NotLsp("not a JSON-RPC 2.0 message")
+    return msg
+
+
+def take_token(params) -> str | None:
+    """Remove and return the token from initialize ``params`` (``initializationOptions.token``
+    or ``initializationOptions.assistd.token``): the server never sees it."""
+    opts = params.get("initializationOptions") if isinstance(params, dict) else None
+    found = None
+    for holder in (opts, opts.get("assistd") if isinstance(opts, dict) else None):
+        if isinstance(holder, dict) and TCP_TOKEN_KEY in holder:
+            value = holder.pop(TCP_TOKEN_KEY)
+            found = found or (value if isinstance(value, str) else None)
+    return found
+
+
+def _relay(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways between ``a`` and ``b`` until either side ends."""
+    sel = selectors.DefaultSelector()
+    sel.register(a, selectors.EVENT_READ, b)
+    sel.register(b, selectors.EVENT_READ, a)
+    try:
+        while True:
+            for key, _ in sel.select():
+                data = key.fileobj.recv(65536)
+                if not data:
+                    return
+                key.data.sendall(data)
+    except OSError:  # one side went away mid-copy
+        return
+    finally:
+        sel.close()
+
+
+class LspTcpGate:
+    """Listens on loopback ``address`` (HOST, PORT) for one editor at a time and joins
+    the one that proves itself to the language server ``connect()`` returns (a
+    connected stream socket, called once per authenticated editor).
+
+    Before authentication: requests get ServerNotInitialized (-32002), an initialize
+    without the right ``token`` InvalidRequest (-32600, naming ``token_path``),
+    notifications are dropped, and a connection whose bytes are not LSP framing, or
+    that has not proved itself within :data:`HANDSHAKE_S`, is closed. While an editor is
+    joined, other connections are closed at once (its session goes on). ``once``: stop
+    after the first session (the in-process server lives as long as its editor).
+    :meth:`bind` raises :class:`InputError` when the address cannot be bound."""
+
+    def __init__(self, address: tuple[str, int], token: str, connect, *,
+                 token_path: Path | str = "the token file", once: bool = False):
+        self.address, self.token, self.connect, self.once = address, token, connect, once
+        self.token_path = token_path
+        self.sock: socket.socket | None = None
+        self._busy = False  # an editor is joined
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def bind(self) -> tuple[str, int]:
+        """Bind and listen; returns the address (the port, when 0 was asked for)."""
+        family = socket.AF_INET6 if ":" in self.address[0] else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind(self.address)
+        except OSError as e:
+            self.sock.close()
+            raise InputError(f"cannot listen on {self.address[0]}:{self.address[1]}:"
+                             f" {e.strerror}") from None
+        self.sock.listen(8)
+        return self.sock.getsockname()[:2]
+
+    def serve_forever(self) -> None:
+        """Accept until :meth:`close` (or, with ``once``, the first session's end)."""
+        if self.sock is None:
+            self.bind()
+        while not self._done.is_set():
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                refuse = ("an editor is connected" if self._busy else
+                          "too many unauthenticated connections"
+                          if self._pending >= MAX_PENDING else None)
+                if refuse is None:
+                    self._pending += 1
+            if refuse is not None:
+                log.info("lsp --tcp: refused %s: %s", peer, refuse)
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+                continue
+            threading.Thread(target=self._handle, args=(conn, peer), daemon=True,
+                             name="assistd-lsp-tcp").start()
+
+    def close(self) -> None:
+        self._done.set()
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
+            self.sock.close()
+
+    def _handle(self, conn: socket.socket, peer) -> None:
+        joined = False
+        try:
+            with conn:
+                buf = bytearray()
+                try:
+                    first = self._handshake(conn, buf, peer)
+                finally:
+                    with self._lock:
+                        self._pending -= 1
+                if first is None:
+                    return
+                with self._lock:
+                    joined, self._busy = not self._busy, True
+                if not joined:  # another editor proved itself first
+                    conn.sendall(_frame({"jsonrpc": "2.0", "id": first.get("id"), "error": {
+                        "code": -32600, "message": "another editor is connected"}}))
+                    return
+                log.info("lsp --tcp: editor %s connected", peer)
+                conn.settimeout(None)
+                with self.connect() as upstream:
+                    upstream.sendall(_frame(first) + bytes(buf))
+                    _relay(conn, upstream)
+                    with contextlib.suppress(OSError):
+                        upstream.shutdown(socket.SHUT_WR)  # the server sees end of file
+                log.info("lsp --tcp: editor %s disconnected", peer)
+        except OSError as e:  # the peer went away, or stopped reading our answers
+            log.info("lsp --tcp: connection %s ended: %s", peer, e)
+        except Exception:  # noqa: BLE001 - one connection's failure must not stop the gate
+            log.exception("lsp --tcp: connection %s failed", peer)
+        finally:
+            if joined:
+                with self._lock:
+                    self._busy = False
+                if self.once:
+                    self.close()
+
+    def _handshake(self, conn: socket.socket, buf: bytearray, peer) -> dict | None:
+        """Answer ``conn`` until it sends initialize with the token: returns that
+        request (the token removed), or None when the connection is to be dropped."""
+        deadline = time.monotonic() + HANDSHAKE_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.info("lsp --tcp: %s did not authenticate in %.0f s", peer, HANDSHAKE_S)
+                return None
+            conn.settimeout(left)
+            try:
+                msg = read_message(conn, buf)
+            except NotLsp as e:
+                log.warning("lsp --tcp: dropped %s: %s", peer, e)
+                return None
+            except OSError:  # timed out or reset
+                return None
+            if msg is None:
+                return None
+            method, msg_id = msg.get("method"), msg.get("id")
+            if method == "exit":
+                return None
+            if not isinstance(method, str) or msg_id is None:
+                continue  # a notification or a response: dropped before initialize
+            if method == "initialize":
+                token = take_token(msg.get("params"))
+                if token is not None and hmac.compare_digest(token.encode(), self.token.encode()):
+                    return msg
+                error = {"code": -32600, "data": {"retry": False}, "message":
+                         "assistd lsp --tcp: initializationOptions.token is missing or wrong"
+                         f" (the token is in {self.token_path})"}
+                log.warning("lsp --tcp: %s sent initialize without the right token", peer)
+            else:
+                error = {"code": -32002, "message": f"{method}: send initialize with"
+                         " initializationOptions.token first (assistd lsp --tcp)"}
+            conn.sendall(_frame({"jsonrpc": "2.0", "id": msg_id, "error": error}))

@@ -32,9 +32,13 @@ local SERVER_KEYS = {
 }
 
 -- Editor-side options, also taken by setup().
-local EDITOR_KEYS = { cmd = true, filetypes = true, root_markers = true, keymaps = true }
+local EDITOR_KEYS = { cmd = true, filetypes = true, root_markers = true, keymaps = true, tcp = true }
 local DEFAULTS = {
   cmd = { 'assistd', 'lsp' },
+  -- tcp = { host = '127.0.0.1', port = 2087, token_file = nil }: connect to a
+  -- server started with `assistd lsp --tcp 127.0.0.1:2087` instead of `cmd`,
+  -- sending the token it asks for (token_file; nil: assistd's default file).
+  tcp = nil,
   -- filetypes: nil (the default) attaches to every filetype; Neovim only
   -- attaches to buffers that are files (buftype '').
   root_markers = { '.git' },
@@ -66,6 +70,44 @@ end
 -- An empty Lua table would go out as a JSON array; the server expects an object.
 local function server_settings()
   return { [NAME] = next(settings) and vim.deepcopy(settings) or vim.empty_dict() }
+end
+
+-- The token file `assistd lsp --tcp` reads by default: platformdirs' user
+-- config dir, as the server computes it.
+local function default_token_file()
+  if vim.fn.has('mac') == 1 then
+    return vim.fs.joinpath(vim.env.HOME, 'Library', 'Application Support', 'assistd', 'token')
+  end
+  local base = vim.env.XDG_CONFIG_HOME or vim.fs.joinpath(vim.env.HOME, '.config')
+  return vim.fs.joinpath(base, 'assistd', 'token')
+end
+
+-- initializationOptions: the settings, and over TCP the token (only here: it
+-- is never sent in didChangeConfiguration). Raises when the file is unreadable.
+local function init_options()
+  local opts = server_settings()
+  if options.tcp then
+    local file = vim.fs.normalize(options.tcp.token_file or default_token_file())
+    local f, err = io.open(file, 'r')
+    if not f then
+      error(('assistd: cannot read the token file (%s)'):format(err))
+    end
+    local token = vim.trim(f:read('*a') or '')
+    f:close()
+    if token == '' then
+      error(('assistd: the token file %s is empty'):format(file))
+    end
+    opts.token = token
+  end
+  return opts
+end
+
+local function server_cmd()
+  local tcp = options.tcp
+  if tcp then
+    return vim.lsp.rpc.connect(tcp.host or '127.0.0.1', assert(tcp.port, 'assistd: tcp.port is required'))
+  end
+  return options.cmd
 end
 
 local function take_settings(opts)
@@ -195,7 +237,7 @@ function M.set(new)
     call(client, 'notify', 'workspace/didChangeConfiguration', { settings = server_settings() })
   end
   if vim.lsp.config then -- servers started later get the new values
-    vim.lsp.config(NAME, { init_options = server_settings(), settings = server_settings() })
+    vim.lsp.config(NAME, { init_options = init_options(), settings = server_settings() })
   end
 end
 
@@ -265,10 +307,10 @@ end
 
 local function client_config()
   return {
-    cmd = options.cmd,
+    cmd = server_cmd(),
     filetypes = options.filetypes,
     root_markers = options.root_markers,
-    init_options = server_settings(),
+    init_options = init_options(),
     -- Neovim sends these in workspace/didChangeConfiguration right after
     -- initialize and answers workspace/configuration from them.
     settings = server_settings(),
@@ -304,7 +346,7 @@ end
 ---
 --- opts: the server settings (model, backend, proposer, k, maxTokens,
 --- maxPromptTokens, fim, db, enabled, telemetry) and the editor options
---- cmd, filetypes, root_markers, keymaps.
+--- cmd, filetypes, root_markers, keymaps, tcp.
 ---@param opts? table
 function M.setup(opts)
   opts = opts or {}

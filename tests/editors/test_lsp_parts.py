@@ -179,7 +179,9 @@ def _rpc(sock, payload: dict) -> dict:
 
 def test_tcp_transport_answers_initialize(tmp_path):
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "assistd", "lsp", "--tcp", f"127.0.0.1:{port}"],
+    token_file = tmp_path / "token"  # created 0600 by the server; editors send its token
+    proc = subprocess.Popen([sys.executable, "-m", "assistd", "lsp", "--no-daemon", "--tcp",
+                             f"127.0.0.1:{port}", "--token-file", str(token_file)],
                             stderr=subprocess.PIPE)
     try:
         for _ in range(200):
@@ -191,8 +193,11 @@ def test_tcp_transport_answers_initialize(tmp_path):
         else:
             pytest.fail("the server did not listen")
         with sock:
+            assert oct(token_file.stat().st_mode & 0o777) == "0o600"
             out = _rpc(sock, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "capabilities": {}, "initializationOptions": {"assistd": {"db": str(tmp_path / "t.db")}}}})
+                "capabilities": {}, "initializationOptions": {
+                    "token": token_file.read_text().strip(),
+                    "assistd": {"db": str(tmp_path / "t.db")}}}})
             caps = out["result"]["capabilities"]
             assert caps["positionEncoding"] == "utf-16" and "inlineCompletionProvider" in caps
             assert set(caps["executeCommandProvider"]["commands"]) == {"assistd.accepted", "assistd.stats"}

@@ -1,6 +1,11 @@
-// assistd for VS Code: starts `assistd lsp` over stdio and lets
-// vscode-languageclient (10+, where textDocument/inlineCompletion is a built-in
-// feature) turn its answers into inline suggestions (ghost text).
+// assistd for VS Code: starts `assistd lsp` over stdio (or connects to an
+// `assistd lsp --tcp` server) and lets vscode-languageclient (10+, where
+// textDocument/inlineCompletion is a built-in feature) turn its answers into
+// inline suggestions (ghost text).
+import * as fs from 'fs';
+import * as net from 'net';
+import * as os from 'os';
+import * as path from 'path';
 import * as vscode from 'vscode';
 import {
   DidChangeConfigurationNotification,
@@ -8,11 +13,12 @@ import {
   LanguageClient,
   LanguageClientOptions,
   ServerOptions,
+  StreamInfo,
 } from 'vscode-languageclient/node';
 
 // The keys the server reads under `assistd` (initializationOptions and
-// workspace/didChangeConfiguration). serverPath and serverArgs stay here: the
-// server warns about keys it does not know.
+// workspace/didChangeConfiguration). serverPath, serverArgs, serverAddress and
+// tokenFile stay here: the server warns about keys it does not know.
 const SERVER_KEYS = [
   'model', 'backend', 'proposer', 'k', 'maxTokens', 'maxPromptTokens',
   'maxSuffixChars', 'maxLatencyMs', 'nCtx', 'fim', 'db', 'enabled', 'telemetry',
@@ -93,19 +99,54 @@ function setShown(id: string | undefined): void {
   }
 }
 
+// The token `assistd lsp --tcp` wants (initializationOptions.token): the file
+// assistd.tokenFile names, else the one assistd creates in its config
+// directory (platformdirs' user config dir, as the server computes it).
+function readToken(): string {
+  const home = os.homedir();
+  const configDir = process.platform === 'darwin'
+    ? path.join(home, 'Library', 'Application Support', 'assistd')
+    : process.platform === 'win32'
+      ? path.join(process.env.LOCALAPPDATA ?? path.join(home, 'AppData', 'Local'), 'assistd')
+      : path.join(process.env.XDG_CONFIG_HOME || path.join(home, '.config'), 'assistd');
+  const setting = config().get<string | null>('tokenFile', null);
+  const file = setting ? setting.replace(/^~(?=$|[\\/])/, home) : path.join(configDir, 'token');
+  const token = fs.readFileSync(file, 'utf8').trim(); // a missing file fails start(), with its name
+  if (!token) {
+    throw new Error(`the token file ${file} is empty`);
+  }
+  return token;
+}
+
+// assistd.serverAddress "HOST:PORT" -> a connection to that server; "" -> spawn.
+function tcpServer(address: string): ServerOptions {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address);
+  if (!m) {
+    throw new Error(`assistd.serverAddress ${JSON.stringify(address)} is not HOST:PORT`);
+  }
+  const [host, port] = [m[1], Number(m[2])];
+  return () => new Promise<StreamInfo>((resolve, reject) => {
+    const socket = net.connect({ host, port }, () => resolve({ reader: socket, writer: socket }));
+    socket.once('error', reject);
+  });
+}
+
 function createClient(): LanguageClient {
   const cfg = config();
+  const address = cfg.get<string>('serverAddress', '').trim();
+  const token = address ? readToken() : undefined;
   // No `transport` field: stdio is the default, and TransportKind.stdio would
   // append `--stdio` to the arguments; serverArgs stays as the user wrote it.
-  const serverOptions: ServerOptions = {
+  const serverOptions: ServerOptions = address ? tcpServer(address) : {
     command: cfg.get<string>('serverPath', 'assistd'),
     args: cfg.get<string[]>('serverArgs', ['lsp']),
   };
   const clientOptions: LanguageClientOptions = {
     // Every language, in files and unsaved editors.
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
-    // A function, so that a restart picks up the current settings.
-    initializationOptions: () => ({ assistd: serverSettings() }),
+    // A function, so that a restart picks up the current settings. The token
+    // goes only here, never in didChangeConfiguration.
+    initializationOptions: () => ({ assistd: serverSettings(), ...(token ? { token } : {}) }),
     middleware: {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const result = await next(document, position, context, token);
@@ -137,20 +178,23 @@ async function restart(): Promise<void> {
   if (old?.isRunning()) { // stop() throws on a client that failed to start
     await old.stop();
   }
-  // Recreated rather than client.restart(): serverPath and serverArgs are read
-  // when the client is built.
+  // Recreated rather than client.restart(): serverPath, serverArgs,
+  // serverAddress and tokenFile are read when the client is built.
   await start();
 }
 
 async function start(): Promise<void> {
-  client = createClient();
+  const address = config().get<string>('serverAddress', '').trim();
   try {
+    client = createClient();
     await client.start();
   } catch (error) {
     // Keep the extension (and its commands) alive, so that fixing the setting
     // restarts the server.
-    void vscode.window.showErrorMessage(
-      `assistd: could not start "${config().get('serverPath')}" (${String(error)}). ` +
+    void vscode.window.showErrorMessage(address
+      ? `assistd: could not connect to ${address} (${String(error)}). Start ` +
+        '`assistd lsp --tcp` there, and check assistd.tokenFile; the "assistd" output has its log.'
+      : `assistd: could not start "${config().get('serverPath')}" (${String(error)}). ` +
         'Set assistd.serverPath to the assistd program; the "assistd" output has its log.');
   }
 }
@@ -180,7 +224,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('assistd.restart', restart),
     vscode.window.onDidChangeActiveTextEditor(() => setShown(undefined)),
     vscode.workspace.onDidChangeConfiguration(async (event) => {
-      if (event.affectsConfiguration('assistd.serverPath') || event.affectsConfiguration('assistd.serverArgs')) {
+      if (['serverPath', 'serverArgs', 'serverAddress', 'tokenFile']
+        .some((key) => event.affectsConfiguration(`assistd.${key}`))) {
         await restart();
       } else if (event.affectsConfiguration('assistd') && client?.isRunning()) {
         // Sent by hand rather than through `synchronize.configurationSection`,
