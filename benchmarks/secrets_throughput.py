@@ -17,14 +17,20 @@ Corpus: every ``*.py`` file of this interpreter's standard library
   subset, finding secrets without replacing them: what calling the library per line costs.
 * redactions per MB over the whole corpus, by detect-secrets kind: on the standard library
   these are false positives (test vectors, example keys, hashes), the price of the detector.
+* ``--baseline REV`` (a git revision, or a path to a ``secrets.py``): the same corpus through
+  that version of the filter too, timed in the same run, so false positives per MB and MB/s
+  are compared before/after (e.g. ``--baseline e5ba8f5``, the last commit before issue 21).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,6 +61,39 @@ def timed(texts: list[str], **kwargs) -> tuple[float, list]:
     return time.perf_counter() - t0, results
 
 
+def load_baseline(spec: str):
+    """The ``secrets`` module of a git revision (``git show REV:storage/secrets.py``) or of
+    a file, imported under its own name beside the current one."""
+    path = Path(spec)
+    if not path.is_file():
+        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{spec}:storage/secrets.py"],
+                                capture_output=True, text=True, check=True).stdout
+        path = Path(tempfile.mkdtemp()) / "baseline_secrets.py"
+        path.write_text(source)
+    mod_spec = importlib.util.spec_from_file_location("baseline_secrets", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules["baseline_secrets"] = module  # dataclasses look their module up
+    mod_spec.loader.exec_module(module)
+    return module
+
+
+def baseline_counters(module, texts: list[str], total_bytes: int) -> dict:
+    """Seconds, redactions and redactions per MB of another version of the filter."""
+    module.redact("warm-up: api_key = 'x'")
+    t0 = time.perf_counter()
+    results = [module.redact(t) for t in texts]
+    seconds = time.perf_counter() - t0
+    kinds: dict[str, int] = {}
+    for r in results:
+        for k, n in r.kinds.items():
+            kinds[k] = kinds.get(k, 0) + n
+    redactions = sum(r.count for r in results)
+    return {"seconds": round(seconds, 3), "redactions": redactions,
+            "redactions_by_kind": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+            "redactions_per_mb": round(redactions / (total_bytes / 1e6), 2),
+            "mb_per_s": round(total_bytes / 1e6 / seconds, 2)}
+
+
 def detect_secrets_alone(files: list[tuple[str, str]]) -> tuple[float, int]:
     """Seconds and findings of detect-secrets' own scan of every line (no redaction)."""
     from detect_secrets.core.scan import _process_line_based_plugins
@@ -77,6 +116,8 @@ def main() -> None:
                     help="size of the no-prefilter comparison subset (default 1.5 MB)")
     ap.add_argument("--top", type=int, default=8, help="files with most redactions to list")
     ap.add_argument("--json", action="store_true", help="print the counters as JSON")
+    ap.add_argument("--baseline", metavar="REV|FILE", default=None,
+                    help="also run this version of storage/secrets.py (git revision or file)")
     args = ap.parse_args()
 
     files = corpus_texts(args.root)
@@ -117,6 +158,9 @@ def main() -> None:
         "subset_seconds_detect_secrets_alone": round(ds_s, 3),
         "subset_detect_secrets_alone_findings": ds_found,
     }
+    if args.baseline:
+        counters["baseline"] = {"version": args.baseline, **baseline_counters(
+            load_baseline(args.baseline), texts, total_bytes)}
     mb = total_bytes / 1e6
     sub_mb = sub_bytes / 1e6
     rates = {
@@ -143,6 +187,16 @@ def main() -> None:
     print(f"redactions: {redactions} = {rates['redactions_per_mb']:.2f} per MB")
     for k, n in counters["redactions_by_kind"].items():
         print(f"  {k:32s} {n:6d}  {n / mb:6.2f}/MB")
+    if args.baseline:
+        b = counters["baseline"]
+        print(f"baseline {b['version']}: redactions {b['redactions']} ="
+              f" {b['redactions_per_mb']:.2f} per MB (now {rates['redactions_per_mb']:.2f},"
+              f" x{rates['redactions_per_mb'] / max(b['redactions_per_mb'], 1e-9):.2f});"
+              f" {b['mb_per_s']:.1f} MB/s (now {rates['with_prefilter_mb_per_s']:.1f})")
+        for k, n in counters["redactions_by_kind"].items():
+            was = b["redactions_by_kind"].get(k, 0)
+            if n != was:
+                print(f"  {k:32s} {was:6d} -> {n:6d}")
     top = sorted(zip(files, results), key=lambda fr: -fr[1].count)[: args.top]
     print("files with most redactions:")
     for (path, _), r in top:

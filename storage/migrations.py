@@ -55,14 +55,27 @@ the Target's draft acceptance in ``ledger``; see ``storage/suggestions.py``):
                     to scope), language_id, proposer, target, chars (length of the
                     suggestion, characters), shown (0/1), outcome (accepted|partial|
                     dismissed, null while none), accepted_chars, created_utc, updated_utc
+
+Added by ``m005_rescan_secrets`` (stored text re-scanned with the secret rules of issue 21:
+provider key formats without keywords, password flags of CLIs, a key alone on the line after
+the one naming it, configuration in fenced code blocks; see :func:`rescan_secrets`):
+
+``secret_rescans``  name (pk, the migration that ran the rescan), applied_utc, documents
+                    (scanned), changed (documents with new redactions), redactions
+                    (values replaced), kinds (JSON: secret type -> count), failed
+                    (documents the filter failed on, left as they were)
 """
 
+import json
+import logging
 import time
 from collections.abc import Callable
 
 import sqlite_utils
 
-from assistd.ground.errors import HistoryError
+from assistd.ground.errors import AssistdError, HistoryError
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = []
 
@@ -166,6 +179,103 @@ def m004_suggestions(db: sqlite_utils.Database) -> None:
         pk="id", if_not_exists=True,
     )
     db["suggestions"].create_index(["language_id", "outcome"], if_not_exists=True)
+
+
+@migration
+def m005_rescan_secrets(db: sqlite_utils.Database) -> None:
+    db["secret_rescans"].create(
+        {"name": str, "applied_utc": float, "documents": int, "changed": int,
+         "redactions": int, "kinds": str, "failed": int},
+        pk="name", if_not_exists=True,
+    )
+    rescan_secrets(db, "m005_rescan_secrets")
+
+
+RESCAN_MARK = "rescanned"  # a content_hash no sha256 hex equals: the source is read again
+RESCAN_BATCH = 256  # documents read per query (keyset pages by id)
+
+
+def rescan_secrets(db: sqlite_utils.Database, name: str) -> dict:
+    """Redact every stored document again with the current rules of :mod:`storage.secrets`.
+
+    Runs inside the caller's transaction (``migrate``'s): a crash or kill rolls the whole
+    rescan back and the next open runs it again, so no document is ever half rescanned.
+    The raw text is not stored, so the stored (already redacted) text is what is scanned.
+    A document in which something new is found gets the redacted text, its ``redactions``
+    raised, and, so that no token can decode to the secret, all its tokenizations deleted,
+    a ``put`` in ``changes`` (a live history index drops its tokens) and ``content_hash`` set
+    to :data:`RESCAN_MARK`: the next ``assistd index`` (or a completion's scan of the
+    repository) re-reads the file, redacts the raw bytes and tokenizes it as it does any
+    changed file; a transcript's file is read again from byte 0 (its ``transcripts`` row is
+    marked rewritten). A source that is gone leaves the redacted text without tokens.
+
+    Returns the ``secret_rescans`` row written (counts; ``kinds`` as a dict). Idempotent:
+    a second run finds nothing new.
+    """
+    from storage.secrets import redact  # the filter loads detect-secrets: only when needed
+
+    conn = db.conn
+    now = time.time()
+    out = {"name": name, "applied_utc": now, "documents": 0, "changed": 0, "redactions": 0,
+           "kinds": {}, "failed": 0}
+    sources: set[str] = set()
+    last = 0
+    while True:
+        rows = conn.execute(
+            "select id, scope, path, source_kind, text, source from documents"
+            " where id > ? order by id limit ?", [last, RESCAN_BATCH]).fetchall()
+        if not rows:
+            break
+        last = rows[-1][0]
+        for doc_id, scope, path, kind, text, source in rows:
+            if not text:
+                continue
+            out["documents"] += 1
+            # The file name selects detect-secrets' per-file-type rules, as at ingest.
+            filename = "" if kind == "transcript" else path.split("#", 1)[0]
+            try:
+                r = redact(text, filename=filename)
+            except AssistdError:  # its message holds no text; the document stays as it was
+                out["failed"] += 1
+                log.warning("secrets rescan failed on document %d of %s", doc_id, scope)
+                continue
+            if not r.count:
+                continue
+            out["changed"] += 1
+            out["redactions"] += r.count
+            for k, n in r.kinds.items():
+                out["kinds"][k] = out["kinds"].get(k, 0) + n
+            conn.execute(
+                "update documents set text = ?, redactions = coalesce(redactions, 0) + ?,"
+                " content_hash = ?, updated_utc = ? where id = ?",
+                [r.text, r.count, RESCAN_MARK, now, doc_id])
+            if kind != "repo":  # a repo file's num_bytes is its size on disk, compared on scan
+                conn.execute("update documents set num_bytes = ? where id = ?",
+                             [len(r.text.encode("utf-8", "surrogatepass")), doc_id])
+            conn.execute("delete from tokenizations where document_id = ?", [doc_id])
+            conn.execute("insert into changes (document_id, scope, op, utc) values (?,?,?,?)",
+                         [doc_id, scope, "put", now])
+            if kind == "transcript" and source:
+                sources.add(source)
+    for source in sorted(sources):
+        # Size -1 and an empty head hash: the next pass reads the file again from byte 0.
+        conn.execute("update transcripts set size = -1, head_sha256 = '' where path = ?",
+                     [source])
+    db["secret_rescans"].insert({**out, "kinds": json.dumps(out["kinds"])}, replace=True)
+    if out["changed"]:
+        log.info("secrets rescan: %d values redacted in %d of %d stored documents",
+                 out["redactions"], out["changed"], out["documents"])
+    return out
+
+
+def secret_rescans(db: sqlite_utils.Database) -> list[dict]:
+    """The ``secret_rescans`` rows, oldest first (``kinds`` as a dict); [] before m005."""
+    if "secret_rescans" not in db.table_names():
+        return []
+    rows = db.execute("select name, applied_utc, documents, changed, redactions, kinds, failed"
+                      " from secret_rescans order by applied_utc").fetchall()
+    return [{"name": n, "applied_utc": t, "documents": d, "changed": c, "redactions": r,
+             "kinds": json.loads(k or "{}"), "failed": f} for n, t, d, c, r, k, f in rows]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:

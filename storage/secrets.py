@@ -31,6 +31,18 @@ Pipeline (offsets are UTF-8 byte offsets, ``surrogatepass``, so lone surrogates 
    token-like values (:func:`_token_like`), becomes ``[REDACTED]``; overlapping spans merge.
    Rounds repeat until nothing more is found (idempotence). Text without findings is returned
    as the same object: byte-identical, count 0.
+5. **Extra rules** (issue 21, after the plugins, same replacement): provider formats known by
+   their prefix alone (GitHub ``github_pat_``, OpenAI ``sk-proj-``/``sk-svcacct-``/``sk-``,
+   Anthropic, Slack ``xox*-``/``xapp-``, Stripe ``[rs]k_live_``/``whsec_``, Google, Hugging
+   Face, npm, PyPI, DigitalOcean, Shopify, Doppler, Vault, Databricks, Postman, Grafana,
+   Sentry, Linear, Atlassian, age), passwords on command lines (``mysql -pPW``, ``--password``/
+   ``--passwd``/``--token``/... flags, ``curl -u u:PW``, ``sshpass -p``, ``docker login -p``,
+   ``htpasswd -b``, ``redis-cli -a``, ``ldapsearch -w``, ``openssl pass:``, ``keytool
+   -storepass``, ``kubectl --from-literal``, libpq ``password=``, ``PGPASSWORD=``/
+   ``MYSQL_PWD=``), a key or password alone on the line after the one naming it ("AWS secret
+   access key:\n<40 characters>"), and configuration in fenced code blocks (```yaml, or an
+   untagged block of ``key: value`` lines), read with the keyword plugin's rules for that file
+   type. References and placeholders (``$VAR``, ``<token>``, ``PASSWORD`` metavars) stay.
 
 What detect-secrets alone misses or gets wrong, and what this module does about it:
 
@@ -63,31 +75,35 @@ What detect-secrets alone misses or gets wrong, and what this module does about 
   IPv4 value (no letter), so detect-secrets keeps public IPs too.
 
 Still missed (no plugin or no context for them): low-entropy passwords in unquoted lowercase
-``password = value`` lines, and YAML ``password: plainword`` values without a digit or symbol,
-of unknown file type (pass ``filename="x.ini"``/``"x.yaml"`` to get them),
-``.netrc``/``.pgpass`` lines, and token formats detect-secrets has no plugin for
-(``github_pat_...`` is caught only as a high-entropy string).
+``password = value`` lines, and YAML ``password: plainword`` values without a digit or symbol
+outside a fenced block, of unknown file type (pass ``filename="x.ini"``/``"x.yaml"`` to get
+them), ``.netrc``/``.pgpass`` lines, a plain lowercase word after a space-separated ``--password``
+flag (read as prose: "--password requires --user"), and formats no rule knows.
 
-Throughput (``benchmarks/secrets_throughput.py``, one core of this machine, CPython 3.11):
+Throughput (``benchmarks/secrets_throughput.py``, one core of this machine, CPython 3.11;
+``--baseline e5ba8f5`` times the filter before issue 21's rules in the same run):
 
 =========================================  =========  =====================================
 corpus                                     MB/s       how
 =========================================  =========  =====================================
-stdlib ``*.py`` (1790 files, 31.5 MB)      22-28      ``redact`` (prefilter)
-site-packages ``*.py`` (13647, 210 MB)     22-25      ``redact`` (prefilter)
-1.5 MB spread of the stdlib                1.0-1.4    ``redact(prefilter=False)``, same output
-same subset                                0.11       detect-secrets' own line scan, no replace
+stdlib ``*.py`` (1790 files, 31.5 MB)      31 (39)    ``redact`` (prefilter); (before)
+site-packages ``*.py`` (231 MB)            30 (40)    ``redact`` (prefilter); (before)
+1.5 MB spread of the stdlib                1.3-2.7    ``redact(prefilter=False)``, same output
+same subset                                0.1-0.3    detect-secrets' own line scan, no replace
 =========================================  =========  =====================================
 
-False positives, all counted in ``count``: 11.7 redactions per MB of stdlib (hex digests in
-hashlib/hmac tests 10.0, base64 test vectors 0.7, keyword 0.7, ``user:pass@`` URLs 0.3); 3.8 per
-MB of site-packages.
+False positives, all counted in ``count``: 11.74 redactions per MB of stdlib, 11.70 before issue
+21's rules (hex digests in hashlib/hmac tests 10.0, base64 test vectors 0.7, keyword 0.7,
+``user:pass@`` URLs 0.3, a token alone after a line naming it 0.03: the example in
+``secrets.py``'s docstring); 3.58 per MB of site-packages, 3.76 before (a ``--password options``
+in pip's docs no longer becomes a value replaced in every ``rev_options``).
 
 No secret value is ever logged or put in an exception message by this module.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -151,6 +167,22 @@ def _redact(text: str, filename: str, prefilter: bool) -> Redaction:
     # longer one now ends at "[REDACTED]"), so rounds repeat until the text stands still:
     # that makes redact(redact(x).text).text == redact(x).text.
     for _ in range(MAX_ROUNDS):
+        text, n, round_kinds = _redact_rounds(text, mode, prefilter)
+        text, m, extra_kinds = _redact_extra(text, prefilter)
+        count += n + m
+        for found in (round_kinds, extra_kinds):
+            for kind, k in found.items():
+                kinds[kind] = kinds.get(kind, 0) + k
+        if not m:
+            break
+    return Redaction(text, count, kinds)
+
+
+def _redact_rounds(text: str, mode, prefilter: bool) -> tuple[str, int, dict[str, int]]:
+    """The detect-secrets plugins, round after round until nothing more is found."""
+    count = 0
+    kinds: dict[str, int] = {}
+    for _ in range(MAX_ROUNDS):
         data = text.encode("utf-8", "surrogatepass")
         spans = _find_spans(data, mode, prefilter)
         if not spans:
@@ -159,72 +191,359 @@ def _redact(text: str, filename: str, prefilter: bool) -> Redaction:
         count += n
         for kind, k in round_kinds.items():
             kinds[kind] = kinds.get(kind, 0) + k
-    text, n, extra_kinds = _redact_extra(text)
-    count += n
-    for kind, k in extra_kinds.items():
-        kinds[kind] = kinds.get(kind, 0) + k
-    return Redaction(text, count, kinds)
-
-
-# Credential formats that detect-secrets' default plugins do not know (found by a
-# break-it run: all were stored in full). They are detect-secrets plugins in its own
-# RegexBasedDetector shape, run after the default ones over the whole text (each
-# pattern starts with a literal or a rare shape, so the scan is fast).
-_EXTRA_PATTERNS = {
-    "Anthropic API Key": r"\b(sk-ant-[A-Za-z0-9_\-]{20,})",
-    "Hugging Face Token": r"\b(hf_[A-Za-z0-9]{30,})",
-    "Google API Key": r"\b(AIza[0-9A-Za-z_\-]{35})",
-    "npm Token": r"\b(npm_[A-Za-z0-9]{36})",
-    # Env-dump style NAME=value where NAME ends in PASS, PASSWD, PASSWORD, TOKEN, SECRET
-    # or _KEY (detect-secrets' keyword list lacks ADMIN_PASS, and takes unquoted values
-    # only in some file types); a $VAR / ${VAR} reference or a call is not a value.
-    "Credential Assignment": (r"\b[A-Z][A-Z0-9_]*(?:PASS|PASSWD|PASSWORD|TOKEN|SECRET|_KEY)="
-                              r"(?!\[REDACTED\])([^\s\"'`$\\{}()<>;,]{6,})"),
-    # Passwords on command lines: curl -u user:pw, --user user:pw, --password pw, -p pw.
-    "Command Line Password": (r"(?:\s-u\s+|--user[=\s]+)[^\s:'\"]+:([^\s'\"]{4,})"
-                              r"|(?:--password[=\s]+|\blogin\b[^\n]*?\s-p\s+)['\"]?([^\s'\"]{4,})"),
-}
-
-
-def _extra_detectors():
-    from detect_secrets.plugins.base import RegexBasedDetector
-
-    detectors = []
-    for secret_type, pattern in _EXTRA_PATTERNS.items():
-        cls = type(secret_type.title().replace(" ", "") + "Detector", (RegexBasedDetector,), {
-            "secret_type": secret_type, "denylist": [re.compile(pattern)]})
-        detectors.append(cls())
-    return detectors
-
-
-_EXTRA = None
-
-
-# Lines the extra detectors can match at all contain one of these literals.
-_EXTRA_GATE = re.compile(r"sk-ant-|hf_|AIza|npm_|PASS|TOKEN|SECRET|_KEY|-u\s|--user|--password")
-
-
-def _redact_extra(text: str) -> tuple[str, int, dict[str, int]]:
-    """Replace the values the extra detectors find; returns (text, count, kinds)."""
-    global _EXTRA
-    if _EXTRA is None:
-        _EXTRA = _extra_detectors()
-    count, kinds = 0, {}
-    lines = {text[text.rfind("\n", 0, m.start()) + 1:
-                  (text.find("\n", m.end()) + 1 or len(text) + 1) - 1]
-             for m in _EXTRA_GATE.finditer(text)}
-    if not lines:
-        return text, 0, {}
-    candidates = "\n".join(lines)
-    for det in _EXTRA:
-        values = {v for v in det.analyze_string(candidates) if v and v != REDACTED}
-        for value in sorted(values, key=len, reverse=True):
-            n = text.count(value)
-            if n:
-                text = text.replace(value, REDACTED)
-                count += n
-                kinds[det.secret_type] = kinds.get(det.secret_type, 0) + n
     return text, count, kinds
+
+
+# Credential formats and settings that detect-secrets' default plugins do not know (found by
+# break-it runs, issue 21: all were stored in full). Each rule is a RegexBasedDetector-style
+# pattern whose first group that matched is the value. Speed: a pattern never runs over the
+# whole text. Provider patterns run on its long runs of token characters (``_long_runs``),
+# the command-line ones on the lines of a gate match (``_DASH_GATE``, ``_EQ_GATE``: regexes
+# that start with a literal, re's fast prefix search).
+#
+# Provider formats, recognised by their prefix alone (as gitleaks and GitHub's secret
+# scanning do); the value is the whole token, which must start a word.
+_PROVIDER_RULES: tuple[tuple[str, str], ...] = (
+    ("GitHub Token", r"(github_pat_[A-Za-z0-9_]{22,})"),
+    ("OpenAI Token",
+     r"(sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_\-]{20,}|sk-[A-Za-z0-9]{32,}(?![\w-]))"),
+    ("Anthropic API Key", r"(sk-ant-[A-Za-z0-9_\-]{20,})"),
+    ("Slack Token", r"(xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{20,})"),
+    ("Slack Token", r"(xapp-[0-9]-[A-Za-z0-9-]{20,})"),
+    ("Stripe Access Key", r"(sk_(?:live|test)_[A-Za-z0-9]{20,})"),
+    ("Stripe Access Key", r"(rk_(?:live|test)_[A-Za-z0-9]{20,})"),
+    ("Stripe Access Key", r"(whsec_[A-Za-z0-9]{24,})"),
+    ("Google API Key", r"(AIza[0-9A-Za-z_\-]{35})"),
+    ("Google OAuth Secret", r"(GOCSPX-[A-Za-z0-9_\-]{28})"),
+    ("Google OAuth Token", r"(ya29\.[A-Za-z0-9_\-]{30,})"),
+    ("Hugging Face Token", r"(hf_[A-Za-z0-9]{30,})"),
+    ("Hugging Face Token", r"(api_org_[A-Za-z0-9]{30,})"),
+    ("npm Token", r"(npm_[A-Za-z0-9]{36})"),
+    ("PyPI Token", r"(pypi-AgE[A-Za-z0-9_\-]{50,})"),
+    ("DigitalOcean Token", r"(do[opr]_v1_[a-f0-9]{64})"),
+    ("Shopify Token", r"(shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})"),
+    ("Doppler Token", r"(dp\.(?:st|ct|sa|scim|audit)\.[A-Za-z0-9_\-.]{30,})"),
+    ("Vault Token", r"(hv[sbr]\.[A-Za-z0-9_\-]{24,})"),
+    ("Databricks Token", r"(dapi[a-f0-9]{32}(?:-[0-9])?)"),
+    ("Postman API Key", r"(PMAK-[a-f0-9]{24}-[a-f0-9]{34})"),
+    ("Grafana Token", r"(glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8})"),
+    ("Grafana Token", r"(glc_[A-Za-z0-9+/]{32,}={0,2})"),
+    ("Sentry Token", r"(sntr[ysu]_[A-Za-z0-9+/=_]{30,})"),
+    ("Linear API Key", r"(lin_api_[A-Za-z0-9]{40})"),
+    ("Atlassian API Token", r"(ATATT3[A-Za-z0-9_\-=]{100,})"),
+    ("age Secret Key", r"(AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58})"),
+)
+
+# A password or token given on a command line or in an environment assignment. The value
+# is one shell word, optionally quoted; :func:`_plausible_password` drops references and
+# placeholders ($VAR, <token>, PASSWORD metavars, {templates}). Each rule names the gate
+# match that must be on its line: a flag (``_DASH_GATE``) or ``=`` after a name (``_EQ_GATE``).
+# (A value already redacted matches as itself, so that a later round does not shift the
+# match onto the word before it.)
+_V = r"""['"]?(\[REDACTED\]|[^\s'"`()\[\]{}<>,;|&]{4,})"""
+_CLI_RULES: tuple[tuple[str, str, str], ...] = (
+    # Long options of any CLI: --password, --passwd, --pass, --token, --secret, --api-key,
+    # --auth-token, --client-secret, wget's --http-password, ... with "=" or a space.
+    ("--", "Command Line Password",
+     r"--(?<![\w-]--)(?!no-)(?:[a-z0-9]+-)*(?:password|passwd|pass|passphrase|token|secret"
+     r"|api-?key|access-key|secret-key|private-key)(?:=|[ \t]+)" + _V),
+    # mysql, mysqldump, mysqladmin, mariadb: -pVALUE (glued; "-p db" prompts for one).
+    ("-p", "Command Line Password", r"\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p" + _V),
+    # sshpass -p PW / -pPW; docker, podman, helm ... login -p PW; mongo* -p PW; 7z -pPW;
+    # openssl -pass/-passin/-passout pass:PW.
+    ("-p", "Command Line Password", r"\bsshpass\b(?:[ \t]+-[a-oq-zA-Z]\S*)*[ \t]+-p[ \t]*" + _V),
+    ("-p", "Command Line Password", r"\blogin\b[^\n|;&]*?[ \t]-p[ \t]+" + _V),
+    ("-p", "Command Line Password", r"\bmongo[\w-]*\b[^\n|;&]*?[ \t]-p[ \t]+" + _V),
+    ("-p", "Command Line Password", r"\b7z[a-z]?\b[^\n|;&]*?[ \t]-p" + _V),
+    ("-p", "Command Line Password", r"[ \t]-pass(?:in|out)?[ \t]+pass:" + _V),
+    # keytool -storepass/-keypass/-srcstorepass PW.
+    ("-s", "Command Line Password", r"[ \t]-(?:src|dest)?(?:store|key)pass[ \t]+" + _V),
+    ("-k", "Command Line Password", r"[ \t]-keypass[ \t]+" + _V),
+    ("-d", "Command Line Password", r"[ \t]-dest(?:store|key)pass[ \t]+" + _V),
+    # redis-cli -a PW; ldapsearch & co -w PW; sqlcmd, bcp, zip, unzip -P PW.
+    ("-a", "Command Line Password", r"\bredis-cli\b[^\n|;&]*?[ \t]-a[ \t]+" + _V),
+    ("-w", "Command Line Password", r"\bldap[a-z]+\b[^\n|;&]*?[ \t]-w[ \t]+" + _V),
+    ("-P", "Command Line Password", r"\b(?:sqlcmd|bcp|zip|unzip)\b[^\n|;&]*?[ \t]-P[ \t]*" + _V),
+    # curl -u user:pw / --user user:pw; httpie -a / --auth user:pw; smbclient -U user%pw.
+    ("-u", "Command Line Password", r"[ \t]-u[ \t]*['\"]?[^\s:'\"]+:" + _V),
+    ("-a", "Command Line Password", r"[ \t]-a[ \t]*['\"]?[^\s:'\"]+:" + _V),
+    ("--", "Command Line Password", r"--(?:user|auth)[=\s]+['\"]?[^\s:'\"]+:" + _V),
+    ("-U", "Command Line Password", r"\bsmbclient\b[^\n|;&]*?-U[ \t]*['\"]?[^\s%'\"]+%" + _V),
+    # htpasswd -b[c] FILE USER PW (-bn: USER PW).
+    ("-b", "Command Line Password",
+     r"\bhtpasswd(?:[ \t]+-[a-zA-Z]+)*[ \t]+-[a-zA-Z]*b[a-zA-Z]*(?:[ \t]+-[a-zA-Z]+)*"
+     r"(?:[ \t]+[^\s-]\S*){1,2}[ \t]+" + _V),
+    # kubectl create secret ... --from-literal=password=PW (any key naming a secret).
+    ("--", "Command Line Password",
+     r"--from-literal[= ]['\"]?[\w.-]*(?:pass|pwd|token|secret|key)[\w.-]*=" + _V),
+    # libpq connection strings: "host=db password=PW" (psql, pg_dump, DSNs).
+    ("=", "Command Line Password",
+     r"\b(?:host|hostaddr|dbname|user|port|sslmode)=[^\s'\",]+(?:[ \t]+\w+=[^\s'\",]+)*?"
+     r"[ \t]+password=" + _V),
+    # Env-dump style NAME=value where NAME ends in PASS, PASSWD, PASSWORD, _PWD, TOKEN,
+    # SECRET or _KEY (detect-secrets' keyword list lacks ADMIN_PASS and MYSQL_PWD, and takes
+    # unquoted values only in some file types); PGPASSWORD=pw psql ... too.
+    ("=", "Credential Assignment",
+     r"\b[A-Z][A-Z0-9_]*(?:PASS|PASSWD|PASSWORD|_PWD|TOKEN|SECRET|_KEY)="
+     r"(?!\[REDACTED\])([^\s\"'`$\\{}()<>;,]{6,})"),
+)
+_DASH_GATE = re.compile(r"-(?:-(?=[a-z])|[pawPuUbskd])")
+_EQ_GATE = re.compile(r"=(?:(?<=PASS=)|(?<=PASSWD=)|(?<=PASSWORD=)|(?<=_PWD=)|(?<=TOKEN=)"
+                      r"|(?<=SECRET=)|(?<=_KEY=)|(?<=password=))")
+
+_PROVIDERS = tuple((kind, re.compile(rx)) for kind, rx in _PROVIDER_RULES)
+_CLI: dict[str, list[tuple[str, re.Pattern]]] = {}
+for _key, _kind, _rx in _CLI_RULES:
+    _CLI.setdefault(_key, []).append((_kind, re.compile(_rx)))
+
+# Values that are names of a value, not one: shell and template references, metavars.
+_PLACEHOLDER = re.compile(r"[$%{<(\[@/~*&\\-]|.*(?:\$\{|\$\(|\{\{|\}\}|\.\.\.)"
+                          r"|[A-Z_]+$|[0-9]+$|\W+$"
+                          r"|(?i:x+|your[_-]?\w*|changeme|password|passwd|secret|token|none|null"
+                          r"|true|false|stdin|prompt|example\w*)$")
+
+
+def _plausible_password(value: str) -> bool:
+    """A command-line or assignment value that is a literal secret, not a reference.
+
+    >>> [_plausible_password(v) for v in ("Hunter2x", "$DB_PW", "PASSWORD", "<token>", "xxxx")]
+    [True, False, False, False, False]
+    """
+    return REDACTED not in value and _PLACEHOLDER.match(value) is None
+
+
+_RUN_MIN_CHARS = 24  # no provider token is shorter (sk_live_ + 20, hvs. + 24, ...)
+_RUN_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.+/="
+_RUN_TABLE = bytes(ord("a") if b in _RUN_CHARS else ord(" ") for b in range(256))
+
+
+def _long_runs(text: str) -> str:
+    """The runs of :data:`_RUN_MIN_CHARS` or more token characters (letters, digits,
+    ``_-.+/=``) in ``text``, one per line (``bytes.translate`` and ``find``: C speed).
+
+    >>> _long_runs("x = 'ghp_" + "a1" * 12 + "' # not_a_long_word")
+    'ghp_a1a1a1a1a1a1a1a1a1a1a1a1'
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    marks = data.translate(_RUN_TABLE)
+    needle = b"a" * _RUN_MIN_CHARS
+    parts = []
+    i = marks.find(needle)
+    while i >= 0:
+        e = marks.find(b" ", i)
+        e = len(marks) if e < 0 else e
+        parts.append(data[i:e])
+        i = marks.find(needle, e)
+    return b"\n".join(parts).decode("ascii")
+
+
+def _extra_spans(text: str) -> list[tuple[int, int, str, str]]:
+    """``(start, end, kind, value)`` of every value the extra rules find in ``text``."""
+    out = []
+    # Provider tokens are long runs of token characters: the patterns run on those runs only.
+    runs = _long_runs(text)
+    for kind, rx in _PROVIDERS if runs else ():
+        for m in rx.finditer(runs):
+            s = m.start()
+            if s and (runs[s - 1].isalnum() or runs[s - 1] == "_"):
+                continue  # inside a longer word: not a token's start
+            value = m.group(1)
+            i = text.find(value)
+            while i >= 0:
+                out.append((i, i + len(value), kind, value))
+                i = text.find(value, i + len(value))
+    # Command lines and assignments: the rules of each gate match, on its line only.
+    todo: dict[tuple[int, str], int] = {}  # (line start, gate key) -> line end
+    for gate in (_DASH_GATE, _EQ_GATE):
+        for m in gate.finditer(text):
+            key = m.group() if gate is _DASH_GATE else "="
+            s = text.rfind("\n", 0, m.start()) + 1
+            if (s, key) not in todo:
+                e = text.find("\n", m.end())
+                todo[(s, key)] = len(text) if e < 0 else e
+    seen: set[tuple[int, int]] = set()
+    for (s, key), e in todo.items():
+        for kind, rx in _CLI[key]:
+            for m in rx.finditer(text, s, e):
+                g = next(i for i in range(1, rx.groups + 1) if m.group(i) is not None)
+                value = m.group(g)
+                if key == "--" and value.isalpha() and value.islower() \
+                        and text[m.start(g) - 1] in " \t":
+                    continue  # prose: "--password requires --user"
+                if _plausible_password(value) and m.span(g) not in seen:
+                    seen.add(m.span(g))
+                    out.append((m.start(g), m.end(g), kind, value))
+    return out
+
+
+# A secret alone on its line, right after the line that names it (prose, a comment, a
+# Markdown label): "Here is the AWS secret access key:\n<40 characters>". The hint line
+# holds one of :data:`_NEXT_HINTS`; the value line (within the next few lines, blank lines
+# and fence markers skipped) is one word, quoted, backquoted or bulleted at most, that
+# :func:`_lone_secret` takes for a key or a password.
+NEXT_LINE_REACH = 4  # lines looked at below a hint line (blank lines and fences count)
+_NEXT_KEYS = ("api key", "api_key", "apikey", "access key", "access_key", "private key",
+              "private_key", "ssh key")
+_NEXT_FIND = ("secret", "passw", "pwd", "token", "credential", "key")  # "key": _NEXT_KEYS only
+_NEXT_HINTS = _NEXT_FIND[:-1] + _NEXT_KEYS
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+_LONE_LINE = re.compile(r"\n[ \t]*(?:[-*>][ \t]+)?[`'\"]?([^\s`'\"(){}\[\]<>=;,]{8,256})"
+                        r"[`'\"]?[ \t.]*(?=\r?\n|$)")
+_FENCE_LINE = re.compile(r"[ \t]*(?:`{3,}|~{3,})[^\n]*")
+
+
+_IDENTIFIER = re.compile(r"[a-z0-9]+(?:[_.-][a-z0-9]+)+|[A-Z0-9]+(?:_[A-Z0-9]+)+")  # snake, CONST
+
+
+def _lone_secret(value: str) -> bool:
+    """Does a word alone on its line look like a key or a password (not a word, a path, a
+    number, an identifier)? 20+ characters: letters and digits mixed, 3.5+ bits of
+    entropy per character; 8-19: three character classes, a digit among them.
+
+    >>> [_lone_secret(v) for v in ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "Hunter2!x",
+    ...                            "configuration", "/usr/lib/python3.11", "snake_case_name")]
+    [True, True, False, False, False]
+    """
+    if (REDACTED in value or value[0] in "/.~$%{<@#" or "://" in value
+            or _IDENTIFIER.fullmatch(value)):
+        return False
+    has_digit = any(c.isdigit() for c in value)
+    has_alpha = any(c.isalpha() for c in value)
+    if not (has_digit and has_alpha):
+        return False
+    if len(value) >= 20:
+        return _entropy(value) >= 3.5
+    classes = (any(c.islower() for c in value) + any(c.isupper() for c in value)
+               + has_digit + any(not c.isalnum() for c in value))
+    return classes >= 3
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy of ``value``, bits per character."""
+    n = len(value)
+    return -sum(k / n * math.log2(k / n) for k in map(value.count, set(value)))
+
+
+def _next_line_spans(text: str) -> list[tuple[int, int, str, str]]:
+    """Values alone on a line after a line naming a secret (see :data:`_NEXT_HINTS`)."""
+    if "\\n" in text:  # JSON-escaped lines (a .jsonl transcript): same offsets, real breaks
+        text = text.replace("\\n", " \n")
+    low = text.lower()
+    if len(low) != len(text):  # a few characters lengthen when lowered: ASCII only then
+        low = text.translate(_ASCII_LOWER)
+    hint_ends: set[int] = set()  # offsets of the newlines that end a hint line
+    for word in _NEXT_FIND:
+        i = low.find(word)
+        while i >= 0:
+            e = text.find("\n", i)
+            if e < 0:
+                break
+            if word != "key" or any(p in low[text.rfind("\n", 0, i) + 1:e] for p in _NEXT_KEYS):
+                hint_ends.add(e)
+            i = low.find(word, e)
+    out = []
+    for pos in sorted(hint_ends):
+        for _ in range(NEXT_LINE_REACH):
+            end = text.find("\n", pos + 1)
+            end = len(text) if end < 0 else end
+            line = text[pos + 1:end]
+            m = _LONE_LINE.match(text, pos)
+            if m is not None and _lone_secret(m.group(1)):
+                out.append((m.start(1), m.end(1), "Secret After Hint", m.group(1)))
+            elif m is None and line.strip() and not _FENCE_LINE.fullmatch(line):
+                break  # prose or code that is not a value: the label is too far up
+            if end >= len(text):
+                break
+            pos = end
+    return out
+
+
+# Fenced code blocks of configuration (Markdown, as agents write them): the keyword plugin
+# takes unquoted values there as in a file of that type, so ``password: plainword`` in a
+# ```yaml block goes as it would in config.yaml. An untagged block whose lines are mostly
+# ``key: value`` is YAML. An opening fence starts a line (or a JSON string); the block ends
+# at the next line that starts with the same fence, or with the text.
+_FENCE_OPEN = {m: re.compile(re.escape(m) + r"+[ \t]*([\w.+-]*)[^\n]*\n") for m in ("```", "~~~")}
+_FENCE_CLOSE = {m: re.compile(r"\n[ \t]*" + re.escape(m)) for m in ("```", "~~~")}
+_FENCE_FILES = {"yaml": "x.yaml", "yml": "x.yaml", "ini": "x.ini", "cfg": "x.cfg",
+                "conf": "x.conf", "toml": "x.toml", "properties": "x.properties",
+                "env": ".env", "dotenv": ".env", "docker-compose": "x.yaml", "k8s": "x.yaml"}
+_YAML_PAIR = re.compile(r"[ \t]*(?:-[ \t]+)?[\w.-]+:(?:[ \t]|$)")
+
+
+def _fence_filename(tag: str, body: str) -> str | None:
+    if tag:
+        return _FENCE_FILES.get(tag.lower())
+    lines = [ln for ln in body.splitlines() if ln.strip()]
+    pairs = sum(1 for ln in lines if _YAML_PAIR.match(ln))
+    return "x.yaml" if lines and pairs * 2 > len(lines) else None
+
+
+def _fenced_spans(text: str, prefilter: bool) -> list[tuple[int, int, str, str]]:
+    """Values the plugins find in configuration blocks, read by the block's file type."""
+    out = []
+    if "\\n" in text:  # JSON-escaped (a tool call's input): same offsets, real breaks
+        text = text.replace("\\n", " \n")
+    for marker in ("```", "~~~"):
+        i = text.find(marker)
+        while i >= 0:
+            before = text[text.rfind("\n", 0, i) + 1:i]
+            opening = _FENCE_OPEN[marker].match(text, i)
+            if opening is None or (before.strip() and not before.endswith('"')):
+                i = text.find(marker, i + len(marker))
+                continue
+            closing = _FENCE_CLOSE[marker].search(text, opening.end() - 1)
+            body_start = opening.end()
+            body_end = len(text) if closing is None else closing.start() + 1
+            filename = _fence_filename(opening.group(1), text[body_start:body_end])
+            if filename is not None:
+                out.extend(_body_spans(text, body_start, body_end, filename, prefilter))
+            if closing is None:
+                break
+            i = text.find(marker, closing.end())
+    return out
+
+
+def _body_spans(text: str, start: int, end: int, filename: str, prefilter: bool):
+    """The plugins' spans in ``text[start:end]`` read as ``filename``, as character spans."""
+    data = text[start:end].encode("utf-8", "surrogatepass")
+    out = []
+    for s, e, _, kind in _find_spans(data, _keyword_mode(filename), prefilter):
+        cs = start + len(data[:s].decode("utf-8", "surrogatepass"))
+        value = data[s:e].decode("utf-8", "surrogatepass")
+        out.append((cs, cs + len(value), kind, value))
+    return out
+
+
+def _redact_extra(text: str, prefilter: bool) -> tuple[str, int, dict[str, int]]:
+    """Replace what the extra rules find; returns (text, count, kinds)."""
+    spans = _extra_spans(text)
+    if "```" in text or "~~~" in text:
+        spans.extend(_fenced_spans(text, prefilter))
+    spans.extend(_next_line_spans(text))
+    if not spans:
+        return text, 0, {}
+    # Token-like values go wherever they appear; short ones only where they were found.
+    found = [(s, e, kind) for s, e, kind, _ in spans]
+    for value, kind in {v: k for _, _, k, v in spans if _token_like(v)}.items():
+        i = text.find(value)
+        while i >= 0:
+            found.append((i, i + len(value), kind))
+            i = text.find(value, i + len(value))
+    found.sort()
+    out, kinds, pos, count = [], {}, 0, 0
+    for s, e, kind in found:
+        if s < pos:  # overlaps the span before: merged into it
+            if e > pos:
+                pos = e
+            continue
+        out.append(text[pos:s])
+        out.append(REDACTED)
+        pos = e
+        count += 1
+        kinds[kind] = kinds.get(kind, 0) + 1
+    out.append(text[pos:])
+    return "".join(out), count, kinds
 
 
 def _token_like(value: str) -> bool:
@@ -647,6 +966,10 @@ class _Detector:
                 seen.add(v)
                 idx = work.find(v)
                 quoted = idx > 0 and work[idx - 1] in _QUOTES
+                if idx > 0 and work[idx - 1] == "=" and v.split() and v.split()[0] != v:
+                    # An unquoted NAME=value ends at a blank, as in the shell: the config
+                    # regex ran on over "PGPASSWORD=pw psql -h db" and took the command too.
+                    v = v.split()[0]
                 if self._keep(v, kwd, work) and (
                     quoted or not self.h.is_indirect_reference(_segment(work, v))
                 ):
