@@ -38,7 +38,6 @@ import hmac
 import json
 import logging
 import math
-import re
 import time
 
 from starlette.applications import Starlette
@@ -49,6 +48,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from assistd.ground.errors import AssistdError, InputError, ModelError
+from assistd.ground.jsonlimits import json_too_deep
 from assistd.ground.options import parse_k
 from assistd.runtime.scheduler import AGENT, EDITOR, PRIORITIES
 from assistd.serving.openai_wire import (  # noqa: F401 - re-exported: the API's names
@@ -97,22 +97,6 @@ def _sse(body: dict) -> str:
 # Real requests nest a few levels (chat content parts: 5); json's C decoder recurses
 # per level, so depth is bounded before it runs.
 MAX_JSON_DEPTH = 32
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-_PAIR = re.compile(rb"\[\]|\{\}")
-
-
-def json_depth_ok(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True when the brackets of ``body`` (outside strings) nest at most ``limit`` deep
-    and balance. Linear C-speed passes (regex and translate), one per level."""
-    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKET)
-    for _ in range(limit):
-        if not brackets:
-            return True
-        brackets, n = _PAIR.subn(b"", brackets)
-        if not n:
-            return False  # unbalanced: not JSON anyway
-    return not brackets
 
 
 def _no_constant(name: str):
@@ -140,9 +124,9 @@ async def _read_json(request: Request, limit: int) -> dict:
         raise ApiError(400, "the client disconnected before the body ended") from None
     if len(body) > limit:
         raise ApiError(413, f"request body over {limit} bytes", code="request_too_large")
-    if not json_depth_ok(body):
-        raise ApiError(400, f"request body is not valid JSON or nests more than"
-                            f" {MAX_JSON_DEPTH} levels deep", code="invalid_json")
+    if json_too_deep(body, MAX_JSON_DEPTH):
+        raise ApiError(400, f"request body nests more than {MAX_JSON_DEPTH} levels deep",
+                       code="invalid_json")
     try:
         data = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError

@@ -30,11 +30,12 @@ import json
 import logging
 import re
 from collections.abc import Iterable
-from itertools import accumulate
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from assistd.ground import jsonlimits
 from assistd.ground.errors import InputError
+from assistd.ground.jsonlimits import TooDeep
 
 ASSISTANT = "assistant"   # prose the model wrote
 TOOL_INPUT = "tool_input"  # a tool call's input the model wrote (code, patch, command, JSON)
@@ -62,69 +63,22 @@ BAD_RECORD = (TypeError, AttributeError, KeyError, IndexError, ValueError, Recur
 # 30). Deeper JSON is refused by a linear scan BEFORE json.loads, whose recursion (and that
 # of the parsers walking the result) a document nested 100,000 deep would exhaust.
 MAX_JSON_DEPTH = 256
-# A JSON string (an unterminated one runs to the end, so the scan stays linear), or a bracket.
-_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)'
-_STRINGS = re.compile(_STRING, re.S)
-_TOKENS = re.compile(_STRING + r"|[\[\]{}]", re.S)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-
-
-class TooDeep(ValueError):
-    """JSON nested deeper than ``MAX_JSON_DEPTH`` (a ValueError: invalid JSON for callers)."""
 
 
 def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether ``text`` nests arrays/objects (outside strings) deeper than ``limit``.
-    Linear; text with at most ``limit`` opening brackets in all is answered by counting.
-
-    >>> json_too_deep('{"a": [[1]], "s": "[[[["}', limit=3), json_too_deep("[[[[]]]]", limit=3)
-    (False, True)
-    """
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    brackets = _NOT_BRACKET.sub("", _STRINGS.sub("", text))
-    depth = 0
-    for depth in accumulate(map(_STEP.__getitem__, brackets)):
-        if depth > limit:
-            return True
-    return False
+    """:func:`assistd.ground.jsonlimits.json_too_deep` at the transcripts' limit."""
+    return jsonlimits.json_too_deep(text, limit)
 
 
 def prune_deep(text: str, limit: int = MAX_JSON_DEPTH) -> tuple[str, int]:
-    """``text`` with every array/object nested deeper than ``limit`` replaced by ``null``,
-    and how many were replaced (a whole document keeps its other entries).
-
-    >>> prune_deep('{"a": [[[1]], 2], "b": "[[[["}', limit=2)
-    ('{"a": [null, 2], "b": "[[[["}', 1)
-    """
-    if not json_too_deep(text, limit):
-        return text, 0
-    out, kept, depth, start, pruned = [], 0, 0, None, 0
-    for m in _TOKENS.finditer(text):
-        step = _STEP.get(m.group())
-        if step is None:
-            continue  # a string
-        depth += step
-        if step > 0 and depth == limit + 1:
-            start = m.start()
-        elif step < 0 and depth == limit and start is not None:
-            out += (text[kept:start], "null")
-            kept, start, pruned = m.end(), None, pruned + 1
-    if start is not None:  # unterminated: invalid JSON whatever follows
-        out += (text[kept:start], "null")
-        kept, pruned = len(text), pruned + 1
-    out.append(text[kept:])
-    return "".join(out), pruned
+    """:func:`assistd.ground.jsonlimits.prune_deep` at the transcripts' limit."""
+    return jsonlimits.prune_deep(text, limit)
 
 
 def loads(text: str | bytes) -> Any:
     """``json.loads`` of ``text``, refused first (``TooDeep``) when nested deeper than
     ``MAX_JSON_DEPTH``. Raises ValueError (TooDeep included) for anything not JSON."""
-    # latin-1 maps bytes one to one, and brackets, quotes and backslashes are ASCII.
-    if json_too_deep(text.decode("latin-1") if isinstance(text, bytes) else text):
-        raise TooDeep(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    return json.loads(text)
+    return jsonlimits.loads(text, MAX_JSON_DEPTH)
 
 
 def clean_text(text: str) -> str:
