@@ -22,7 +22,7 @@ def cursor_offset(text: str, line: int | None, column: int | None) -> int:
 
     Line endings (LF, CRLF, CR) are not part of a line's columns; the column just
     past a line's last character (its end) is valid. Raises :class:`InputError`
-    for a position past the end.
+    for a position past the end, or a line or column below 1.
 
     >>> cursor_offset("ab\\ncd\\n", 2, 2), cursor_offset("ab\\ncd\\n", 1, None), cursor_offset("ab", None, None)
     (4, 2, 2)
@@ -31,6 +31,8 @@ def cursor_offset(text: str, line: int | None, column: int | None) -> int:
         if column is not None:
             raise InputError("--column needs --line")
         return len(text)
+    if line < 1 or (column is not None and column < 1):
+        raise InputError(f"line {line}, column {column}: lines and columns are 1-based")
     # LF, CRLF and CR only (as LSP and editors count), not str.splitlines' form feed,
     # U+2028 and friends: a form feed inside a line must not shift the cursor.
     lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)
