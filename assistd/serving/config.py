@@ -78,6 +78,10 @@ class Config:
     # response, else it is closed (slow or idle clients must not hold descriptors)
     header_timeout_ms: int = 10_000
     max_connections: int = 1024  # per transport (Unix socket, TCP); see daemon.py
+    # the editor socket (lsp_host.py): a connection must send LSP initialize within
+    # this, else it is closed (after it, none: editors stay connected idle for hours)
+    editor_initialize_timeout_ms: int = 30_000
+    max_editor_sessions: int = 64  # editor connections at once, initialized or not
     # logs
     log_file: str | None = None  # None = <user log dir>/assistd.log
     log_level: str = "info"
@@ -174,7 +178,8 @@ def _validate(c: Config) -> Config:
     if c.n_ctx < 64:
         raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
     for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit",
-                 "header_timeout_ms", "max_connections", "log_repeat_window_ms"):
+                 "header_timeout_ms", "max_connections", "editor_initialize_timeout_ms",
+                 "max_editor_sessions", "log_repeat_window_ms"):
         if getattr(c, name) < 1:
             raise InputError(f"{name} must be at least 1, not {getattr(c, name)}")
     if c.log_level.lower() not in ("debug", "info", "warning", "error"):

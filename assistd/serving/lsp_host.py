@@ -6,7 +6,9 @@ here, one per connection, on a thread of its own, with every engine call on the
 daemon's scheduler at editor priority. Which server runs is registered by the CLI
 (``serve(..., lsp_host=factory)``): the serving layer knows no editor. A factory is
 called as ``factory(runtime, executor, reader, writer, label=...)`` and returns when
-the client disconnects; the session ends with its connection.
+the client disconnects; the session ends with its connection. A connection that does
+not send ``initialize`` in time, or one past the cap of sessions, is closed
+(:class:`LspHost`).
 
 :class:`LspTcpGate` is ``assistd lsp --tcp``'s front door, in front of either server
 (the daemon's, or one in the ``assistd lsp`` process): the token, one editor at a
@@ -16,7 +18,9 @@ time, LSP framing only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
+import io
 import json
 import logging
 import selectors
@@ -37,40 +41,160 @@ def lsp_socket_for(api_socket: Path) -> Path:
 
 
 class LspHost:
-    """Accepts editor connections on ``sock`` (a listening Unix socket, blocking) and
-    serves each with ``factory`` on its own thread (see the module)."""
+    """Accepts editor connections on ``sock`` (a listening Unix socket) and serves each
+    with ``factory`` on its own thread (see the module), against hostile local clients:
 
-    def __init__(self, sock: socket.socket, path: Path, factory, service):
+    - a new connection must send LSP ``initialize`` within ``initialize_s`` seconds
+      (default ``service.config.editor_initialize_timeout_ms``), else it is closed;
+      bytes that are not LSP framing close it at once. After initialize there is no
+      timeout: an editor may stay connected and idle for days.
+    - at most ``cap`` connections (default ``service.config.max_editor_sessions``),
+      initialized or not. At the cap a new connection closes the oldest one that has
+      not sent initialize yet; when every one has, the new one is closed instead (and
+      logged).
+    - out of descriptors or memory in ``accept`` (EMFILE, ENFILE, ENOBUFS, ENOMEM) the
+      loop pauses :data:`ACCEPT_BACKOFF_S` and goes on; nothing a client does ends it.
+
+    :meth:`status` counts them (``timed_out``, ``evicted``, ``refused``, ``not_lsp``,
+    ``accept_errors``). Log lines are message templates: the daemon's rate limit counts a
+    flood of them instead of writing it."""
+
+    def __init__(self, sock: socket.socket, path: Path, factory, service, *,
+                 initialize_s: float | None = None, cap: int | None = None):
         self.sock, self.path, self.factory, self.service = sock, path, factory, service
-        self.sessions: dict[int, socket.socket] = {}
+        self.initialize_s = (initialize_s if initialize_s is not None
+                             else service.config.editor_initialize_timeout_ms / 1000)
+        self.cap = cap if cap is not None else service.config.max_editor_sessions
+        self.sessions: dict[int, socket.socket] = {}  # every open connection, oldest first
+        self._waiting: dict[int, tuple[socket.socket, float]] = {}  # before initialize: deadline
         self._threads: dict[int, threading.Thread] = {}
-        self.served = 0
+        self.served = 0  # connections admitted (numbered by it)
+        self.counts = {"timed_out": 0, "evicted": 0, "refused": 0, "not_lsp": 0,
+                       "accept_errors": 0}
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="assistd-lsp-host",
                                         daemon=True)
 
     def start(self) -> None:
-        self.sock.setblocking(True)
+        self.sock.setblocking(False)
         self._thread.start()
 
+    # -- the accept thread: admits connections, closes those past their deadline -------
+
     def _accept(self) -> None:
-        while True:
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ)
+        try:
+            while not self._stopping.is_set():
+                with self._lock:  # one timeout for all: the oldest deadline comes first
+                    first = next(iter(self._waiting.values()), None)
+                timeout = None if first is None else max(0.0, first[1] - time.monotonic())
+                try:
+                    ready = sel.select(timeout)  # stop() wakes it (shutdown)
+                    self._reap()
+                    if ready and not self._stopping.is_set():
+                        self._accept_ready()
+                except Exception:  # noqa: BLE001 - the editor socket must outlive any bug
+                    log.exception("editor socket: accept loop failed; going on")
+                    self._stopping.wait(ACCEPT_BACKOFF_S)
+        finally:
+            sel.close()
+
+    def _accept_ready(self) -> None:
+        for _ in range(128):  # what the backlog holds, then the deadlines again
             try:
                 conn, _ = self.sock.accept()
-            except OSError:
-                return  # closed by stop()
-            with self._lock:
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if self._stopping.is_set():
+                    return
+                if e.errno in _OUT_OF_RESOURCES:
+                    with self._lock:
+                        self.counts["accept_errors"] += 1
+                    log.warning("editor socket: accept failed (%s); pausing %g s",
+                                e.strerror, ACCEPT_BACKOFF_S)
+                    self._stopping.wait(ACCEPT_BACKOFF_S)
+                    return
+                if e.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue  # that client went away before we took it
+                raise
+            conn.setblocking(True)
+            self._admit(conn)
+
+    def _admit(self, conn: socket.socket) -> None:
+        evicted = thread = None
+        with self._lock:
+            if len(self.sessions) >= self.cap:
+                evicted = next(iter(self._waiting), None)  # the oldest before initialize
+                if evicted is not None:
+                    self._drop(evicted)
+                self.counts["evicted" if evicted is not None else "refused"] += 1
+            if len(self.sessions) < self.cap:
                 self.served += 1
                 n = self.served
                 self.sessions[n] = conn
+                self._waiting[n] = (conn, time.monotonic() + self.initialize_s)
                 thread = self._threads[n] = threading.Thread(
                     target=self._serve, args=(n, conn), name=f"assistd-lsp-{n}", daemon=True)
+        if thread is None:
+            log.warning("editor connection refused: all %d editor sessions have sent"
+                        " initialize (max_editor_sessions)", self.cap)
+            _close(conn)
+            return
+        if evicted is not None:
+            log.warning("editor sessions at the cap of %d: closing the oldest connection"
+                        " that has not sent initialize", self.cap)
+        try:
             thread.start()
+        except RuntimeError:  # out of threads: this one is not served
+            log.warning("editor connection %d refused: cannot start a thread", n)
+            with self._lock:
+                self._forget(n)
+            _close(conn)
+
+    def _reap(self) -> None:
+        """Close the connections that have not sent initialize by their deadline."""
+        now, late = time.monotonic(), 0
+        with self._lock:
+            while self._waiting:
+                n, (_, deadline) = next(iter(self._waiting.items()))
+                if deadline > now:
+                    break
+                self._drop(n)
+                late += 1
+            self.counts["timed_out"] += late
+        if late:
+            log.info("closed %d editor connection(s) that sent no initialize within %g s"
+                     " (editor_initialize_timeout_ms)", late, self.initialize_s)
+
+    def _drop(self, n: int) -> None:
+        """End connection ``n`` before its initialize (lock held): its thread then reads
+        end of file and closes it. Forgotten now, so it no longer counts."""
+        conn, _ = self._waiting[n]
+        self._forget(n)
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+
+    def _forget(self, n: int) -> None:
+        self._waiting.pop(n, None)
+        self.sessions.pop(n, None)
+        self._threads.pop(n, None)
+
+    # -- one connection's thread ---------------------------------------------------------
 
     def _serve(self, n: int, conn: socket.socket) -> None:
-        log.info("editor session %d connected", n)
+        initialized = False
         try:
-            with conn.makefile("rb") as reader, conn.makefile("wb") as writer:
+            first = self._initialize(n, conn)
+            with self._lock:  # the deadline or the cap may have closed it meanwhile
+                initialized = first is not None and self._waiting.pop(n, None) is not None
+            if not initialized:
+                return
+            log.info("editor session %d connected", n)
+            with io.BufferedReader(_Prefixed(first, conn)) as reader, \
+                    conn.makefile("wb") as writer:
                 # The scheduler's own executor (runtime floor): the editor session's
                 # calls go down from editors/ into the runtime, never back up here.
                 self.factory(self.service.runtime, self.service.scheduler.executor(EDITOR, "lsp"),
@@ -79,16 +203,47 @@ class LspHost:
             log.exception("editor session %d failed", n)
         finally:
             with self._lock:
-                self.sessions.pop(n, None)
-                self._threads.pop(n, None)
-            with contextlib.suppress(OSError):
-                conn.close()
-            log.info("editor session %d closed", n)
+                self._forget(n)
+            _close(conn)
+            if initialized:
+                log.info("editor session %d closed", n)
+
+    def _initialize(self, n: int, conn: socket.socket) -> bytes | None:
+        """Read ``conn`` up to its initialize request: returns the bytes for the server
+        (the messages so far, framed again, and what came after them), or None when the
+        connection ends first or is not LSP."""
+        buf, before, size = bytearray(), [], 0
+        while True:
+            try:
+                msg = read_message(conn, buf)
+            except NotLsp as e:
+                with self._lock:
+                    self.counts["not_lsp"] += 1
+                log.warning("editor connection dropped: %s", e)
+                return None
+            except OSError:  # reset, or shut down by the deadline or the cap
+                return None
+            if msg is None or msg.get("method") == "exit":
+                return None
+            frame = _frame(msg)
+            before.append(frame)
+            size += len(frame)
+            if msg.get("method") == "initialize" and msg.get("id") is not None:
+                return b"".join(before) + bytes(buf)
+            if size > MAX_BODY:
+                with self._lock:
+                    self.counts["not_lsp"] += 1
+                log.warning("editor connection dropped: over %d bytes before initialize",
+                            MAX_BODY)
+                return None
 
     def stop(self, timeout: float = 10) -> None:
         """Stop accepting, end every session (its reader sees end of file), remove the socket."""
+        self._stopping.set()
         with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept(); close() alone does not
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept thread's select()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
         with contextlib.suppress(OSError):
             self.sock.close()
         with self._lock:
@@ -97,7 +252,6 @@ class LspHost:
         for c in conns:
             with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
-        self._thread.join(timeout)
         # Each session closes its completer on the scheduler (its buffers leave the
         # index): let that happen before the caller stops the scheduler.
         for t in threads:
@@ -106,7 +260,45 @@ class LspHost:
             self.path.unlink()
 
     def status(self) -> dict:
-        return {"socket": str(self.path), "sessions": len(self.sessions), "served": self.served}
+        """``sessions``: initialized editor sessions open; ``initializing``: connections
+        yet to send initialize; ``served``: connections admitted; ``cap``;
+        ``initialize_timeout_s``; and the counts of closed connections (see the class)."""
+        with self._lock:
+            waiting, open_ = len(self._waiting), len(self.sessions)
+        return {"socket": str(self.path), "sessions": open_ - waiting, "initializing": waiting,
+                "served": self.served, "cap": self.cap,
+                "initialize_timeout_s": self.initialize_s, **self.counts}
+
+
+ACCEPT_BACKOFF_S = 0.5  # out of descriptors: the pause before accepting again
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+def _close(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        conn.close()
+
+
+class _Prefixed(io.RawIOBase):
+    """The reading side of ``conn``, after ``prefix`` (bytes read from it already)."""
+
+    def __init__(self, prefix: bytes, conn: socket.socket):
+        self._prefix, self._conn = memoryview(prefix), conn
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._prefix:
+            n = min(len(b), len(self._prefix))
+            b[:n], self._prefix = self._prefix[:n], self._prefix[n:]
+            return n
+        try:
+            return self._conn.recv_into(b)
+        except (ConnectionResetError, BrokenPipeError):
+            return 0  # the editor went away: end of file
 
 
 # -- `assistd lsp --tcp`: the gate in front of a language server -------------------------
@@ -134,11 +326,22 @@ def _frame(payload: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
-def read_message(conn: socket.socket, buf: bytearray) -> dict | None:
+def _recv(conn: socket.socket, size: int, deadline: float | None) -> bytes:
+    if deadline is not None:  # for the whole message: a byte at a time must not extend it
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the deadline has passed")
+        conn.settimeout(left)
+    return conn.recv(size)
+
+
+def read_message(conn: socket.socket, buf: bytearray, deadline: float | None = None
+                 ) -> dict | None:
     """One LSP message from ``conn`` (``buf``: bytes already read, consumed in place), or
     None at end of file. Raises :class:`NotLsp` at the first byte that cannot be LSP
     framing (each header line must be Content-Length or Content-Type), and
-    ``TimeoutError`` per the socket's timeout."""
+    ``TimeoutError`` per the socket's timeout, or once ``deadline`` (``time.monotonic()``
+    seconds; it sets the socket's timeout) has passed."""
     while True:
         end = buf.find(b"\r\n\r\n")
         head = bytes(buf[:end if end >= 0 else len(buf)]).lower()
@@ -150,7 +353,7 @@ def read_message(conn: socket.socket, buf: bytearray) -> dict | None:
             raise NotLsp("header block too long")
         if end >= 0:
             break
-        data = conn.recv(4096)
+        data = _recv(conn, 4096, deadline)
         if not data:
             return None
         buf += data
@@ -163,7 +366,7 @@ def read_message(conn: socket.socket, buf: bytearray) -> dict | None:
         raise NotLsp("missing, malformed or oversized Content-Length")
     del buf[:end + 4]
     while len(buf) < length:
-        data = conn.recv(65536)
+        data = _recv(conn, 65536, deadline)
         if not data:
             return None
         buf += data
@@ -322,9 +525,8 @@ class LspTcpGate:
             if left <= 0:
                 log.info("lsp --tcp: %s did not authenticate in %.0f s", peer, HANDSHAKE_S)
                 return None
-            conn.settimeout(left)
             try:
-                msg = read_message(conn, buf)
+                msg = read_message(conn, buf, deadline)
             except NotLsp as e:
                 log.warning("lsp --tcp: dropped %s: %s", peer, e)
                 return None

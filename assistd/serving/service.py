@@ -248,6 +248,7 @@ class Service:
 
         s = self.scheduler.stats
         t = self.target
+        editors = self.editors.status() if self.editors is not None else None
         return {
             "model": self.model_id,
             "target": None if t is None else {"backend": t.backend, "model": t.model_path,
@@ -263,8 +264,10 @@ class Service:
             "jobs_queued": self.scheduler.queued(),
             "scheduler": {**s.__dict__, "queue_ms_total": round(s.queue_ms_total, 1),
                           "queue_ms_max": round(s.queue_ms_max, 1)},
-            "lsp_sessions": len(self.editors.sessions) if self.editors is not None else 0,
-            "editors": self.editors.status() if self.editors is not None else None,
+            # Initialized editor sessions; "editors" also has those yet to initialize
+            # and how many connections the deadline, the cap or bad framing closed.
+            "lsp_sessions": editors["sessions"] if editors is not None else 0,
+            "editors": editors,
             "sequences": self.runtime.sequences.status() if self.runtime is not None else None,
             "history_scopes_loaded": self.index.scopes() if self.index is not None else [],
             "history_tokens_loaded": self.index.tokens() if self.index is not None else 0,
