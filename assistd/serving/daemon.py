@@ -161,10 +161,15 @@ def bind_tcp(host: str, port: int) -> socket.socket:
 FD_RESERVE = 128
 
 
-def raise_fd_limit(max_connections: int, transports: int) -> int:
+# Descriptors an editor session holds in the daemon (its socket, the server's pipes).
+FDS_PER_EDITOR = 4
+
+
+def raise_fd_limit(max_connections: int, transports: int, editors: int = 0) -> int:
     """Raise the soft descriptor limit to the hard one, and return the connection cap
     per transport that fits in it: ``max_connections``, or less (with a warning) when
-    ``transports`` caps plus :data:`FD_RESERVE` would not fit."""
+    ``transports`` caps plus :data:`FD_RESERVE` and ``editors`` sessions (the editor
+    socket's cap) would not fit."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -174,7 +179,7 @@ def raise_fd_limit(max_connections: int, transports: int) -> int:
             soft = hard
     if soft == resource.RLIM_INFINITY:
         return max_connections
-    fit = max(8, (soft - FD_RESERVE) // max(transports, 1))
+    fit = max(8, (soft - FD_RESERVE - FDS_PER_EDITOR * editors) // max(transports, 1))
     if fit < max_connections:
         log.warning("max_connections = %d per transport does not fit the descriptor limit"
                     " of %d; using %d", max_connections, soft, fit)
@@ -444,7 +449,9 @@ def serve(config: Config, *, lsp_host=None) -> None:
     watcher.start()
     app = build_app(service, token)
     guard = ConnectionGuard(config.header_timeout_ms / 1000,
-                            raise_fd_limit(config.max_connections, len(sockets)))
+                            raise_fd_limit(config.max_connections, len(sockets),
+                                           config.max_editor_sessions
+                                           if service.editors is not None else 0))
     service.connections = guard
     server = _Server(uvicorn.Config(app, log_config=None, access_log=False,
                                     http=guarded_protocol(guard),
