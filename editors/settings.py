@@ -9,11 +9,11 @@ with ``window/showMessage``: a typo in an editor's settings never stops completi
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 from assistd.ground.errors import InputError
 from assistd.ground.options import K_LIMIT, parse_k
+from assistd.ground.paths import user_path
 from assistd.targets.open import BACKENDS
 
 
@@ -79,7 +79,10 @@ def _check(name: str, value: Any) -> Any:
             return None
         if not isinstance(value, str) or not value.strip():
             raise ValueError("a file path or null")
-        return str(Path(value).expanduser())
+        try:
+            return str(user_path(value))
+        except InputError as e:  # ~nosuchuser: this setting is refused, with the reason
+            raise ValueError(str(e)) from None
     if name == "backend":
         if value not in BACKENDS:
             raise ValueError(" or ".join(map(repr, BACKENDS)))

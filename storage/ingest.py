@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from assistd.ground.errors import InputError
+from assistd.ground.paths import is_dir, user_path
 from storage.indexer import find_repository_root
 from storage.secrets import redact
 from storage.store import HistoryStore
@@ -413,9 +415,12 @@ class TranscriptIngester:
         if not cwd:
             return fallback
         if cwd not in self._scope_cache:
-            p = Path(cwd).expanduser()
-            self._scope_cache[cwd] = (str(find_repository_root(p)) if p.is_dir()
-                                      else os.path.normpath(cwd))
+            try:  # a cwd of ~nosuchuser or too long a name: not a directory here
+                p = user_path(cwd)
+                root = str(find_repository_root(p)) if is_dir(p) else None
+            except (InputError, OSError, ValueError):
+                root = None
+            self._scope_cache[cwd] = root or os.path.normpath(cwd)
         return self._scope_cache[cwd]
 
 

@@ -30,6 +30,7 @@ from assistd.decoding.engine import Generation, generate
 from assistd.decoding.tuner import K_MAX, Tuner, env_seed
 from assistd.ground.errors import InputError, ModelError
 from assistd.ground.options import parse_k
+from assistd.ground.paths import user_path
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.sequences import SequencePool
 from assistd.targets.base import Target
@@ -156,8 +157,11 @@ class Runtime:
         """
         if path is None or path == "":
             return Scope(None)
-        p = Path(path).expanduser()
-        root = find_repository_root(p if p.is_dir() else p.parent)
+        p = user_path(path)  # InputError for ~nosuchuser
+        try:
+            root = find_repository_root(p if p.is_dir() else p.parent)
+        except (OSError, ValueError) as e:  # a name the OS refuses (too long)
+            raise InputError(f"{str(path)[:80]!r} is not a usable path: {e}") from None
         scope = str(root)
         known = is_repository(root) or self.store.has_scope(scope)
         if not index:

@@ -39,6 +39,7 @@ from pathlib import Path
 from assistd.ground.costmodel import CostModel
 from assistd.ground.errors import InputError
 from assistd.ground.ledger import Ledger
+from assistd.ground.paths import user_path
 from assistd.decoding.tuner import Tuner, estimate
 
 PLAIN = "none"  # the proposer name of plain decoding (no drafts)
@@ -60,7 +61,10 @@ def stats_report(ledger_store, scope: str | None = None, *, now: float | None = 
     if scope is not None:
         rows = [r for r in all_rows if r.scope == scope]
         if not rows and scope:
-            resolved = os.path.abspath(os.path.expanduser(scope))
+            try:
+                resolved = os.path.abspath(user_path(scope))
+            except InputError:  # ~nosuchuser names no scope
+                resolved = scope
             rows = [r for r in all_rows if r.scope == resolved]
             scope = resolved if rows else scope
         if not rows and all_rows:

@@ -35,6 +35,7 @@ import anyio.to_thread
 from pydantic import BaseModel, Field
 
 from assistd.ground.errors import AssistdError, InputError
+from assistd.ground.paths import is_dir, user_path
 
 log = logging.getLogger("assistd.mcp")
 
@@ -282,7 +283,7 @@ def _file_prompt(path: str, line: int, column: int | None) -> tuple[str, Path | 
     if not path or path == "-":
         raise InputError("path must name a file (absolute, or relative to the MCP server's"
                          " working directory)")
-    p = Path(path).expanduser()
+    p = user_path(path)
     if not p.exists():
         raise InputError(f"file not found: {p}; pass the path of an existing file (absolute,"
                          f" or relative to {Path.cwd()})")
@@ -380,8 +381,8 @@ def build_server(assistant: Assistant):
         async def go():
             root = None
             if repo:
-                root = Path(repo).expanduser()
-                if not root.is_dir():
+                root = user_path(repo)
+                if not is_dir(root):
                     raise InputError(f"repo {repo!r} is not a directory; pass a repository"
                                      " path, or omit repo")
             body = _request(text, repo=root, language=language, max_tokens=max_tokens,
