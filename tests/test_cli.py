@@ -146,6 +146,17 @@ def test_unreadable_inputs_and_positions_are_one_line_exit_2(repo, tmp_path):
     one_line_error(assistd("complete", "--file", binary), "looks binary")
 
 
+def test_a_fifo_or_a_device_as_file_is_refused_at_once(repo):
+    """A FIFO hung `assistd complete` forever, and a link to /dev/zero read until the
+    kernel killed it (issue 21, a break-it pass): refused before reading, exit 2."""
+    fifo = repo / "pipe.py"
+    os.mkfifo(fifo)
+    zero = repo / "zero.py"
+    zero.symlink_to("/dev/zero")
+    for f in (fifo, zero, "/dev/zero"):
+        one_line_error(assistd("complete", "--file", f, "--no-daemon"), "not a regular file")
+
+
 def test_every_command_has_help_with_an_example():
     from click.testing import CliRunner
 

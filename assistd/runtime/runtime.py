@@ -30,7 +30,7 @@ from assistd.decoding.engine import Generation, generate
 from assistd.decoding.tuner import K_MAX, Tuner, env_seed
 from assistd.ground.errors import InputError, ModelError
 from assistd.ground.options import parse_k
-from assistd.ground.paths import user_path
+from assistd.ground.paths import is_dir, user_path
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.sequences import SequencePool
 from assistd.targets.base import Target
@@ -153,11 +153,16 @@ class Runtime:
         on first use, or again with ``refresh`` (a saved file); afterwards the index
         follows the store's change log, which the watcher writes. With ``index`` False
         nothing is scanned or loaded: the root is returned when it is a scope (plain
-        decoding's steps still belong to the repository's ledger row).
+        decoding's steps still belong to the repository's ledger row). Raises
+        :class:`InputError` for a path the OS refuses, or a ``chosen`` one that is not a
+        directory (a client's ``repo`` of ``/etc/passwd`` must not index ``/etc``).
         """
         if path is None or path == "":
             return Scope(None)
         p = user_path(path)  # InputError for ~nosuchuser
+        if chosen and not is_dir(p):  # a chosen scope is a directory, never a file's folder
+            raise InputError(f"repo {str(path)[:200]!r} is not a directory; pass a repository"
+                             " (or any directory) to draft from")
         try:
             root = find_repository_root(p if p.is_dir() else p.parent)
         except (OSError, ValueError) as e:  # a name the OS refuses (too long)

@@ -16,6 +16,11 @@ from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.runtime import Runtime
 from assistd.targets.base import Target
 from storage.indexer import IndexReport, find_repository_root, is_repository
+from storage.walk import Refused, open_checked
+
+# The most `assistd complete` reads from --file or stdin (bytes): the whole file is read
+# for its line numbers, and /dev/zero behind a link must end in an error, not in swap.
+MAX_PROMPT_FILE_BYTES = 64 * 2**20
 
 def cursor_offset(text: str, line: int | None, column: int | None) -> int:
     """Character offset of a 1-based (line, column) in ``text``; None means end of line / file.
@@ -62,22 +67,27 @@ def read_prompt(file_: str, line: int | None, column: int | None) -> tuple[str, 
     prompt from stdin in ``$HOME`` must not index the dotfiles there.
     """
     if file_ == "-":
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(MAX_PROMPT_FILE_BYTES + 1)
         root = find_repository_root(Path.cwd())
         repo = root if is_repository(root) else None
     else:
         path = Path(file_)
-        try:
-            data = path.read_bytes()
+        try:  # a FIFO or a device (or a link to one) is refused, never read or waited on
+            with open_checked(path, follow=True) as f:
+                data = f.read(MAX_PROMPT_FILE_BYTES + 1)
         except FileNotFoundError:
             raise InputError(
                 f"file not found: {path}; pass an existing file to --file, or - for stdin"
             ) from None
-        except IsADirectoryError:
-            raise InputError(f"not a file: {path}; pass a file to --file") from None
+        except Refused as e:
+            raise InputError(f"not a file: {path} is {e.reason}; pass a regular file to --file,"
+                             " or - for stdin") from None
         except OSError as e:
             raise InputError(f"cannot read {path}: {e.strerror}") from None
         repo = find_repository_root(path.resolve().parent)
+    if len(data) > MAX_PROMPT_FILE_BYTES:
+        raise InputError(f"{file_} is over {MAX_PROMPT_FILE_BYTES // 2**20} MiB; a completion"
+                         " reads the whole file: pass a smaller one")
     if b"\0" in data[:8192]:
         raise InputError(f"{file_} looks binary (NUL byte); completion needs a text file")
     text = data.decode("utf-8", errors="replace")

@@ -276,6 +276,12 @@ BAD = [
     ("/v1/assistd/complete", "language_path", _with(COMPLETE, language="../../etc")),
     ("/v1/assistd/complete", "repo_number", _with(COMPLETE, repo=5)),
     ("/v1/assistd/complete", "repo_huge", _with(COMPLETE, repo="a/" * 100_000)),
+    # A chosen repo is a directory: "/etc/passwd" indexed /etc, a missing path indexed "/"
+    # (issue 21, a break-it pass); ~nosuchuser was a 500.
+    ("/v1/assistd/complete", "repo_a_file", _with(COMPLETE, repo=__file__)),
+    ("/v1/assistd/complete", "repo_missing", _with(COMPLETE, repo="/nonexistent/zz")),
+    ("/v1/assistd/complete", "repo_nul", _with(COMPLETE, repo="/tmp/\u0000x")),
+    ("/v1/assistd/complete", "repo_tilde_user", _with(COMPLETE, repo="~nosuchuser/x")),
     ("/v1/assistd/complete", "proposer_unknown", _with(COMPLETE, proposer="magic")),
     ("/v1/assistd/complete", "guess_outside_git_string",
      _with(COMPLETE, guess_outside_git="yes")),
