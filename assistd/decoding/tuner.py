@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from assistd.decoding.calibration import calibration
 from assistd.ground.costmodel import CostModel
 from assistd.ground.ledger import Ledger
 from storage.ledger_store import HALF_LIFE_S, MAX_COST_SAMPLES, MAX_STEPS
@@ -185,6 +186,8 @@ class Tuner:
     now:     the time (s since epoch) to decay the stored counters to [default: now].
     learn_costs: False keeps ``cost`` as it is: generations teach acceptance only, not
              forward times (a choice that must not depend on how busy the machine is).
+
+    ``calibration`` (str) says where the seed t(n) came from (see :meth:`open`).
     """
 
     def __init__(self, store, target: str, cost: CostModel, *, k_max: int = K_MAX,
@@ -209,21 +212,28 @@ class Tuner:
             for n, (mean, count) in store.costs(target, now=loaded_at).items():
                 self._costs[n] = [mean * count, count]
         self._cost_model = None
+        self.calibration = "given"  # how the seed t(n) was got (set by open)
 
     @classmethod
-    def open(cls, store, target_obj, *, calibrate: bool = True, **kwargs) -> Tuner:
+    def open(cls, store, target_obj, *, calibrate: bool = True, use_cache: bool = True,
+             **kwargs) -> Tuner:
         """A tuner for a loaded Target. If the store holds no forward times for it yet,
-        calibrate t(n) once (:meth:`CostModel.calibrate`, ~1.6 s for the embedded model
-        on 2 CPU cores) and store the result; ``calibrate=False`` starts from the
-        reference CPU's figures (:meth:`CostModel.brief`) instead."""
+        seed them from the calibration cache of this Target and machine
+        (:mod:`assistd.decoding.calibration`), else calibrate t(n)
+        (:meth:`CostModel.calibrate`, ~1.6 s for the embedded model on 2 quiet CPU cores)
+        and cache it; either way store it. ``calibrate=False`` starts from the reference
+        CPU's figures (:meth:`CostModel.brief`) instead; ``use_cache=False`` calibrates
+        afresh and leaves the cache alone. How t(n) was got is in :attr:`calibration`:
+        ``"stored"``, ``"cache FILE"``, ``"calibrated in S s ..."`` or ``"reference"``."""
         key = target_key(target_obj)
         have = store is not None and 1 in store.costs(key)
-        seed_cost = CostModel.brief()
+        seed_cost, how = CostModel.brief(), "stored" if have else "reference"
         if not have and calibrate:
-            seed_cost = CostModel.calibrate(target_obj)
+            seed_cost, how = calibration(target_obj, use_cache=use_cache)
             if store is not None:
                 store.add_costs(key, seed_cost.points)
         tuner = cls(store, key, seed_cost, **kwargs)
+        tuner.calibration = how
         if not have and calibrate and store is None:
             tuner.seed_costs(seed_cost)
         return tuner

@@ -498,3 +498,129 @@ def test_seeded_costs_are_outweighed_by_measurements():
         led.record_plain_step(verify_ms=10.0)
     tuner.record("s", "python", "x", led)
     assert tuner.cost_model().t_ms(1) == pytest.approx((3 * 20.0 + 27 * 10.0) / 30)
+
+
+# ---------------------------------------------------------------- calibration cache
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A calibration cache of this test's own (the session's is shared by every test,
+    so that only the first new database of a run calibrates)."""
+    monkeypatch.setenv("ASSISTD_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "calibration"
+
+
+def _open(tmp_path, name, target, **kw) -> tuple[Tuner, LedgerStore]:
+    ls = LedgerStore(HistoryStore(tmp_path / f"{name}.db"))
+    return Tuner.open(ls, target, **kw), ls
+
+
+def test_a_new_database_seeds_t_n_from_the_calibration_cache(target, tmp_path, own_cache,
+                                                             caplog):
+    import logging
+
+    from assistd.decoding.tuner import target_key
+
+    caplog.set_level(logging.INFO, logger="assistd.tuner")
+    first, ls1 = _open(tmp_path, "a", target)
+    assert first.calibration.startswith("calibrated in ")
+    (cached,) = own_cache.iterdir()
+    assert f"cached in {cached}" in first.calibration
+    assert "t(n) of llama calibrated in " in caplog.text  # the log says what it cost
+    second, ls2 = _open(tmp_path, "b", target)
+    assert second.calibration.startswith(f"cache {cached}")
+    assert f"t(n) of llama from cache {cached}" in caplog.text
+    key = target_key(target)
+    # The very same figures (a new measurement never gives them), stored in the new DB.
+    means = lambda ls: {n: mean for n, (mean, _) in ls.costs(key).items()}  # noqa: E731
+    assert means(ls2) == means(ls1)
+    assert second.cost_model().points == pytest.approx(first.cost_model().points, rel=1e-12)
+    # The first DB has its times: it reads neither the cache nor the Target again.
+    assert _open(tmp_path, "a", target)[0].calibration == "stored"
+    # A fresh calibration on demand leaves the cache as it is.
+    before = cached.read_bytes()
+    third, _ = _open(tmp_path, "c", target, use_cache=False)
+    assert third.calibration.startswith("calibrated in ")
+    assert "(cache not used)" in third.calibration
+    assert cached.read_bytes() == before
+    for s in (ls1, ls2):
+        s.store.close()
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[]", "nan", "foreign", "decreasing"])
+def test_a_damaged_or_foreign_cache_file_is_refused_with_a_warning(target, own_cache, damage,
+                                                                  caplog):
+    from assistd.decoding import calibration as cal
+
+    key = cal.calibration_key(target)
+    path = cal.write_cached(key, CostModel.brief(), 1.0)
+    assert cal.read_cached(key).points == CostModel.brief().points
+    body = json.loads(path.read_text())
+    if damage == "foreign":
+        body["key"] = {**key, "machine": {**key["machine"], "cpu": "another CPU"}}
+    elif damage == "decreasing":
+        body["points"] = {"1": 11.0, "2": 5.0}
+    elif damage == "nan":
+        body["points"]["1"] = float("nan")
+    text = damage if damage in ("{not json", "[]") else json.dumps(body)
+    path.write_text(text)
+    assert cal.read_cached(key) is None
+    assert f"calibration cache {path} is unusable" in caplog.text
+
+
+def test_a_corrupt_cache_file_is_replaced_by_a_new_calibration(target, tmp_path, own_cache):
+    from assistd.decoding import calibration as cal
+
+    path = cal.cache_file(cal.calibration_key(target))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x00\xff garbage")
+    tuner, ls = _open(tmp_path, "a", target)
+    assert tuner.calibration.startswith("calibrated in ")
+    assert json.loads(path.read_text())["key"] == cal.calibration_key(target)
+    assert _open(tmp_path, "b", target)[0].calibration.startswith(f"cache {path}")
+    assert not [p for p in path.parent.iterdir() if p.suffix == ".tmp"]  # written atomically
+    ls.store.close()
+
+
+def test_another_thread_count_or_numerics_is_another_calibration(target, tmp_path, own_cache):
+    from assistd.decoding import calibration as cal
+    from assistd.targets.llama import LlamaTarget
+    from assistd.targets.open import default_model_path
+
+    assert _open(tmp_path, "a", target)[0].calibration.startswith("calibrated in ")
+    key = cal.calibration_key(target)
+    for change in ({"threads": 1}, {"numerics": "fast"}, {"digest": "another file"}):
+        other = {**key, "target": {**key["target"], **change}}
+        assert cal.cache_file(other) != cal.cache_file(key) and cal.read_cached(other) is None
+    one = LlamaTarget(default_model_path(), n_ctx=256, n_threads=1)
+    try:
+        tuner, _ = _open(tmp_path, "b", one)
+        assert tuner.calibration.startswith("calibrated in ")  # not the 2-thread figures
+    finally:
+        one.close()
+    assert len(list(own_cache.iterdir())) == 2
+
+
+def test_a_busy_machines_fallback_is_reused_for_an_hour_only(target, own_cache):
+    from assistd.decoding import calibration as cal
+
+    key = cal.calibration_key(target)
+    busy = CostModel({1: 20.0, 2: 34.5}, source="calibrated:llama", note="busy machine (x)")
+    cal.write_cached(key, busy, 3.0)
+    assert cal.read_cached(key).note == "busy machine (x)"
+    later = time.time() + cal.BUSY_TTL_S + 60
+    assert cal.read_cached(key, now=later) is None
+    cal.write_cached(key, CostModel.brief(), 1.0)  # a quiet machine's: kept
+    assert cal.read_cached(key, now=later + 1e7).points == CostModel.brief().points
+
+
+def test_an_unwritable_cache_dir_still_gives_a_tuner(target, tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("ASSISTD_CACHE_DIR", str(blocker))
+    tuner, ls = _open(tmp_path, "a", target)
+    assert "(not cached)" in tuner.calibration
+    assert "cannot write the calibration cache" in caplog.text
+    assert 1 in ls.costs(tuner.target)  # the history has it all the same
+    ls.store.close()
