@@ -210,8 +210,9 @@ class LspHost:
 
     def _initialize(self, n: int, conn: socket.socket) -> bytes | None:
         """Read ``conn`` up to its initialize request: returns the bytes for the server
-        (the messages so far, framed again, and what came after them), or None when the
-        connection ends first or is not LSP."""
+        (the notifications so far, framed again, and what came after them), or None when
+        the connection ends first or is not LSP. A request before initialize is answered
+        here with ServerNotInitialized (-32002)."""
         buf, before, size = bytearray(), [], 0
         while True:
             try:
@@ -225,6 +226,17 @@ class LspHost:
                 return None
             if msg is None or msg.get("method") == "exit":
                 return None
+            method = msg.get("method")
+            if isinstance(method, str) and method != "initialize" and msg.get("id") is not None:
+                # A request before initialize: ServerNotInitialized, as the LSP says (the
+                # in-process server answers the same); it never reaches the server.
+                try:
+                    conn.sendall(_frame({"jsonrpc": "2.0", "id": msg["id"], "error": {
+                        "code": -32002, "message": f"{method[:100]}: the server is not"
+                                                   " initialized; send initialize first"}}))
+                except OSError:
+                    return None
+                continue
             frame = _frame(msg)
             before.append(frame)
             size += len(frame)

@@ -107,6 +107,10 @@ def _wait_closed(socks: list[socket.socket], timeout: float) -> int:
     return left
 
 
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 # -- slow and idle connections, the cap, the descriptor limit ---------------------------
 
 

@@ -204,6 +204,21 @@ def test_messages_before_initialize_reach_the_server(daemon):
         editor.close()
 
 
+def test_a_request_before_initialize_is_answered_server_not_initialized(daemon):
+    """Through the daemon a request before initialize got no answer at all, until the
+    deadline closed the connection (a break-it pass); the in-process server answered
+    -32002. Now both do, and the session then initializes as usual."""
+    editor = RawEditor(daemon)
+    try:
+        for method in ("textDocument/completion", "foo/bar"):
+            msg = editor.request(method, {})
+            assert msg["error"]["code"] == -32002, msg
+        assert "capabilities" in editor.initialize()
+        assert editor.request("shutdown")["result"] is None
+    finally:
+        editor.close()
+
+
 # -- the cap ---------------------------------------------------------------------------
 
 
