@@ -15,10 +15,25 @@ client gets which sequence is the runtime's choice (``assistd.runtime.sequences`
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 import numpy as np
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD. A Python str holds one when it came
+    from JSON's ``"\\ud800"`` (valid pairs are joined by then); no UTF-8 encoder takes it,
+    so both backends' tokenizers see U+FFFD instead, as a transcript's text does.
+
+    >>> encodable("a\\ud800b") == "a\\ufffdb"
+    True
+    """
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def tokenizer_fingerprint(pieces: Iterable[bytes]) -> str:

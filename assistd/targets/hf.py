@@ -27,7 +27,7 @@ import numpy as np
 import platformdirs
 
 from assistd.ground.errors import ModelError
-from assistd.targets.base import Target, choose_sequences, tokenizer_fingerprint
+from assistd.targets.base import Target, choose_sequences, encodable, tokenizer_fingerprint
 from assistd.targets.gguf_header import gguf_metadata
 from assistd.targets.llama import check_model_file
 from assistd.targets.vocab import eog_ids, piece_bytes
@@ -227,7 +227,7 @@ class TorchTarget(Target):
                     layer.crop(-extra)
 
     def tokenize(self, text: str) -> list[int]:
-        return self._encoder.encode(text, add_special_tokens=False).ids
+        return self._encoder.encode(encodable(text), add_special_tokens=False).ids
 
     def detokenize(self, ids: Sequence[int], prev: Sequence[int] | None = None) -> str:
         """Concatenated piece bytes, decoded as UTF-8 (invalid bytes -> U+FFFD).

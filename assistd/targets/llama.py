@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from assistd.ground.errors import ModelError
-from assistd.targets.base import Target, choose_sequences, tokenizer_fingerprint
+from assistd.targets.base import Target, choose_sequences, encodable, tokenizer_fingerprint
 from assistd.targets.gguf_header import gguf_metadata
 
 GGUF_MAGIC = b"GGUF"
@@ -201,7 +201,7 @@ class LlamaTarget(Target):
         a 25 kB source file) was tokenized twice. A text never has more tokens than
         UTF-8 bytes, so one buffer of that size always suffices.
         """
-        data = text.encode("utf-8")
+        data = encodable(text).encode("utf-8")
         cap = len(data) + 1
         buf = (ctypes.c_int32 * cap)()
         n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, cap, False, False)
