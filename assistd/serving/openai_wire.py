@@ -84,6 +84,11 @@ class _Common(BaseModel):
     presence_penalty: float = 0.0
     logprobs: bool | int | None = None
     response_format: dict | None = None
+    # OpenAI's other fields, typed so that a wrong type is a 400 like any other; what
+    # this daemon cannot honour (best_of > 1, a logit bias) is refused in check_common.
+    user: str | None = Field(None, max_length=256)
+    best_of: int | None = Field(None, ge=1)
+    logit_bias: dict[str, float] | None = None
     assistd: AssistdOptions | None = None
 
 
@@ -175,6 +180,11 @@ def check_common(req: _Common, max_tokens: int | None, *, model_id: str,
     if req.response_format and req.response_format.get("type", "text") != "text":
         raise ApiError(400, "response_format other than text (JSON mode, schemas) is not"
                             " supported", param="response_format")
+    if req.best_of not in (None, 1):
+        raise ApiError(400, "best_of > 1 is not supported; send separate requests",
+                       param="best_of")
+    if req.logit_bias:
+        raise ApiError(400, "logit_bias is not supported", param="logit_bias")
     if req.frequency_penalty or req.presence_penalty:
         raise ApiError(400, "frequency_penalty and presence_penalty are not supported;"
                             " use repetition_penalty", param="frequency_penalty")
@@ -184,6 +194,8 @@ def check_common(req: _Common, max_tokens: int | None, *, model_id: str,
                        param="max_tokens")
     if len(stop_list(req.stop)) > 4:
         raise ApiError(400, "at most 4 stop sequences", param="stop")
+    if "" in stop_list(req.stop):
+        raise ApiError(400, "a stop sequence cannot be empty", param="stop")
     a = req.assistd
     if a is not None and a.k is not None:
         try:
