@@ -125,8 +125,10 @@ def _transcript_line(t) -> str:
         f" skipped {t.skipped_malformed} malformed lines"
         f" ({t.skipped_too_deep} nested too deep), {t.skipped_unknown} unknown records,"
         f" {t.skipped_duplicate} duplicates; {t.unparseable} files unparseable;"
-        f" {t.dropped_blobs} blobs dropped; {t.redactions} secrets redacted"
-    ) + _refused_lines("transcripts", t.refused)
+        f" {t.dropped_blobs} blobs dropped; {t.skipped_large} too large;"
+        f" {t.decoded_with_replacement} decoded with replacement; {t.redactions} secrets redacted"
+    ) + _refused_lines("transcripts", t.refused) + "".join(
+        f"\ntranscripts: {n} read only in part: {reason}" for reason, n in sorted(t.truncated.items()))
 
 
 @cli.command()
@@ -934,6 +936,12 @@ def status(as_json):
         click.echo(f"connections: unix {conns['open']['unix']}, tcp {conns['open']['tcp']}"
                    f" (cap {conns['cap']} each); closed: {conns['timed_out']} timed out,"
                    f" {conns['evicted']} evicted at the cap, {conns['refused']} refused")
+    ed = st.get("editors")
+    if ed:
+        click.echo(f"editor socket: {ed['sessions']} sessions, {ed['initializing']} initializing"
+                   f" (cap {ed['cap']}); closed: {ed['timed_out']} before initialize,"
+                   f" {ed['evicted']} evicted at the cap, {ed['refused']} refused,"
+                   f" {ed['not_lsp']} not LSP")
     seqs = st.get("sequences")
     if seqs:
         mib = 2**20
@@ -1065,7 +1073,7 @@ def lsp(stdio, tcp, allow_remote, token_file, log_file, verbose, use_daemon):
     server = build_server()
     if tcp is None:
         server.start_io()
-        return
+        _end_lsp(server)
     import socket
     import threading
 
@@ -1079,6 +1087,19 @@ def lsp(stdio, tcp, allow_remote, token_file, log_file, verbose, use_daemon):
     threading.Thread(target=gate.serve_forever, name="assistd-lsp-tcp", daemon=True).start()
     with mine, mine.makefile("rb") as reader, mine.makefile("wb") as writer:
         server.start_io(reader, writer)
+    _end_lsp(server)
+
+
+def _end_lsp(server) -> None:
+    """The session is over (exit, end of input, or the client's process gone): close the
+    engine and leave now. pygls's reader thread may still block on an input another
+    process holds open, and a model still loading is not worth waiting for."""
+    import logging
+    import os
+
+    server.finish()
+    logging.shutdown()  # pygls flushed every message it wrote; exit may have closed stdout
+    os._exit(0)
 
 
 def main():

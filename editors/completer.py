@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistd.ground.ledger import Ledger
-from assistd.runtime.runtime import Runtime
+from assistd.runtime.runtime import Runtime, open_store
+from assistd.targets.open import open_target
 from editors import prompting
 from editors.settings import Settings
 from storage.suggestions import Served
@@ -53,7 +54,12 @@ class Request:
 
 @dataclass
 class Suggestion:
-    """The answer: ``text`` to insert at the cursor (document conventions; "" = none).
+    """The answer: ``text`` to insert at the cursor (document conventions; "" = none),
+    replacing the ``replace`` characters before it (whitespace on the cursor's line, where
+    the editor indented otherwise than the suggestion; :func:`editors.prompting.fit`).
+    ``item_text``: the same edit as a completion item's text, its lines after the first
+    relative to the line's indentation, which editors add back
+    (:func:`editors.prompting.item_text`; "" where that cannot be written).
 
     source: "target" (a generation), "type-through" (the rest of the previous
         suggestion, no Target call) or "cancelled".
@@ -63,12 +69,15 @@ class Suggestion:
     id: str
     text: str
     source: str
+    replace: int = 0
+    item_text: str = ""
     stop_reason: str | None = None
     ledger: Ledger | None = None
     ms: float = 0.0
 
     def as_dict(self) -> dict:
         return {"id": self.id, "text": self.text, "source": self.source,
+                "replace": self.replace,
                 "stop_reason": self.stop_reason, "ms": round(self.ms, 2),
                 "ledger": self.ledger.as_dict() if self.ledger else None}
 
@@ -102,9 +111,11 @@ class Counters:
 
 def _with_budget(stop, budget_ms: int, start: float):
     """``stop`` (the boundary rule) plus a time budget: ``budget_ms`` after ``start``
-    (perf_counter s, the request's arrival) the suggestion ends at its last word
-    boundary (an unfinished identifier is dropped unless it is all there is). A late
-    suggestion is worth less than a short one (llama.vim's ``t_max_predict_ms``)."""
+    (perf_counter s: the engine ready for the request) the suggestion ends at its last word
+    boundary (an unfinished identifier is dropped unless it is all there is), never
+    before its first non-blank text: a cut to nothing would show nothing after the
+    wait. A late suggestion is worth less than a short one (llama.vim's
+    ``t_max_predict_ms``)."""
     if not budget_ms:
         return stop
     deadline = start + budget_ms / 1000
@@ -116,8 +127,10 @@ def _with_budget(stop, budget_ms: int, start: float):
         cut = stop(text)
         if cut is not None or time.perf_counter() < deadline:
             return cut
-        check.budget_hit = True
         body = text.rstrip()
+        if not body.strip():
+            return None  # blank so far (the new line, its indent): cutting leaves nothing
+        check.budget_hit = True
         i = len(body)
         while i > 0 and word(body[i - 1]):
             i -= 1
@@ -191,15 +204,38 @@ class Completer:
         self.settings = settings
         self._last.clear()
 
-    def open(self) -> None:
+    def open(self, progress=None) -> None:
         """Open the runtime: the store, the Target and the tuner (calibrating t(n) once
-        per Target)."""
-        if self.runtime is None:
-            s = self.settings
-            self.runtime = Runtime.open(Path(s.model) if s.model else None,
-                                        db=Path(s.db) if s.db else None, n_ctx=s.n_ctx,
-                                        target_options={"backend": s.backend})
-            self._buffers.clear()
+        per Target), as :meth:`Runtime.open` does, logging each part's time.
+        ``progress(message)`` is told each stage (called on this thread). Raises
+        AssistdError (HistoryError, ModelError) from the part that fails."""
+        if self.runtime is not None:
+            return
+        say = progress or (lambda message: None)
+        s = self.settings
+        model = Path(s.model) if s.model else None
+        t = time.perf_counter()
+        store = open_store(Path(s.db) if s.db else None)  # a bad db fails before the load
+        try:
+            say("loading the model")
+            log.info("loading the model %s (backend %s, n_ctx %d)",
+                     model or "(the embedded default)", s.backend, s.n_ctx)
+            target = open_target(model, n_ctx=s.n_ctx, backend=s.backend)
+        except BaseException:
+            store.close()
+            raise
+        log.info("model loaded in %.1f s", time.perf_counter() - t)
+        say("calibrating (measuring the model's speed, first use only)")
+        t = time.perf_counter()
+        try:
+            self.runtime = Runtime(target, store)
+        except BaseException:
+            target.close()
+            store.close()
+            raise
+        # The tuner calibrates t(n) here unless its cache holds it (it logs which).
+        log.info("history and tuner ready in %.1f s", time.perf_counter() - t)
+        self._buffers.clear()
 
     def close(self) -> None:
         """Drop this session's buffers and per-document state; close the runtime when it
@@ -285,12 +321,16 @@ class Completer:
         self.open()
         s = self.settings
         scope = self.scope_of(req.uri)
+        # The budget starts once the engine is ready: a request held while the model
+        # loaded, or a repository indexed on first use, is not cut to nothing.
+        t_ready = time.perf_counter()
         if scope is not None:
             self._sync_buffers(scope, {**req.buffers, req.uri: req.text}, req.uri)
-        ids = self._prompt_ids(req.uri, ctx)
+        pctx = prompting.prompt_context(ctx)  # an auto-indent is left for the model to write
+        ids = self._prompt_ids(req.uri, pctx)
         plan = self.runtime.plan(s.proposer, s.k, req.language, history=scope is not None)
         name = plan.proposer
-        stop = _with_budget(prompting.stop_at(ctx), s.max_latency_ms, t0)
+        stop = _with_budget(prompting.stop_at(pctx), s.max_latency_ms, t_ready)
         gen = self.runtime.run(ids, plan, scope=scope, max_tokens=s.max_tokens,
                                stop_at=stop, cancelled=req.cancel.is_set, owner=self.owner)
         self.counters.budget_cuts += int(getattr(stop, "budget_hit", False))
@@ -304,18 +344,20 @@ class Completer:
             c.tokens_cancelled += len(gen.tokens)
             return Suggestion(id="", text="", source="cancelled", stop_reason="cancelled",
                               ledger=gen.ledger, ms=(time.perf_counter() - t0) * 1000)
-        text = prompting.postprocess(gen.text, ctx)
+        replace, text = prompting.fit(prompting.postprocess(gen.text, pctx), ctx)
         sid = uuid.uuid4().hex[:16]
         lf = text.replace(ctx.eol, "\n") if ctx.eol != "\n" else text
         served = Served(id=sid, scope=scope, path=self._rel(req.uri, scope),
                         language_id=req.language, proposer=name,
                         target=self.tuner.target, text=text)
         if text:
-            self._last[req.uri] = _Last(ctx.prefix, ctx.suffix, lf, served)
             self._remember(served)
+        if text and not replace:  # typing cannot go through a text that replaces indentation
+            self._last[req.uri] = _Last(ctx.prefix, ctx.suffix, lf, served)
         else:
             self._last.pop(req.uri, None)
         return Suggestion(id=sid if text else "", text=text, source="target",
+                          replace=replace, item_text=prompting.item_text(text, replace, ctx),
                           stop_reason=gen.stop_reason, ledger=gen.ledger,
                           ms=(time.perf_counter() - t0) * 1000)
 
@@ -329,7 +371,8 @@ class Completer:
             return None
         rest = last.text[len(typed):]
         text = rest.replace("\n", ctx.eol) if ctx.eol != "\n" else rest
-        return Suggestion(id=last.served.id, text=text, source="type-through")
+        return Suggestion(id=last.served.id, text=text, source="type-through",
+                          item_text=prompting.item_text(text, 0, ctx))
 
     def _prompt_ids(self, uri: str, ctx: prompting.CursorContext) -> list[int]:
         """Token ids of the prompt: FIM when the model declares FIM tokens (and ``fim`` is

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # LSP line breaks are exactly these three; str.splitlines also splits on \f, \v, \x1c-\x1e,
 # \x85, U+2028 and U+2029, which would shift line numbers against the editor's.
@@ -45,6 +45,7 @@ class CursorContext:
     line_prefix: str  # the cursor's line before the cursor
     line_suffix: str  # the cursor's line after the cursor (no line ending)
     mode: str         # "line" (complete this line) or "block" (several lines may follow)
+    cut: str = ""     # whitespace left out of the prompt (:func:`prompt_context`)
 
 
 def split_lines(text: str) -> list[str]:
@@ -85,11 +86,12 @@ def _space_step(widths: list[int]) -> int | None:
     return max(steps, key=lambda s: (steps[s], -s)) if steps else None
 
 
-def detect_indent(text: str) -> str:
+def detect_indent(text: str, default: str = "    ") -> str:
     """The indentation unit: ``"\\t"`` if most indented lines start with a tab, else n spaces.
 
     n is the most common indentation step between consecutive non-blank lines (the approach
-    of editors' indentation guessers, e.g. the detect-indent package); 4 when undecided.
+    of editors' indentation guessers, e.g. the detect-indent package); 4 when undecided;
+    ``default`` when no non-blank line is indented.
 
     >>> detect_indent("if x:\\n\\ty\\n"), detect_indent("a {\\n  b {\\n    c\\n  }\\n}\\n")
     ('\\t', '  ')
@@ -98,6 +100,8 @@ def detect_indent(text: str) -> str:
     """
     lines = [ln for ln in split_lines(text) if ln.strip()]
     indented = [ln for ln in lines if ln[0] in " \t"]
+    if not indented:
+        return default
     if 2 * sum(ln[0] == "\t" for ln in indented) > len(indented):
         return "\t"
     widths = [len(ln) - len(ln.lstrip(" ")) for ln in lines if ln[0] != "\t"]
@@ -125,8 +129,59 @@ def context_at(text: str, offset: int) -> CursorContext:
     line_prefix = prefix.rpartition("\n")[2]
     line_suffix = suffix.partition("\n")[0]
     block = not _midline(line_suffix) and (not line_prefix.strip() or _OPENER.search(line_prefix))
-    return CursorContext(prefix, suffix, detect_eol(text), detect_indent(text),
+    # Nothing indented yet: the editor's auto-indent on the cursor's line tells tabs or spaces.
+    auto = _lead(line_prefix) if not line_prefix.strip() else ""
+    default = "\t" if "\t" in auto else " " * len(auto) if len(auto) >= 2 else "    "
+    return CursorContext(prefix, suffix, detect_eol(text), detect_indent(text, default),
                          line_prefix, line_suffix, "block" if block else "line")
+
+
+def prompt_context(ctx: CursorContext) -> CursorContext:
+    """The context the Target is prompted in and its output is cut and postprocessed in.
+
+    When the cursor's line holds only whitespace before the cursor (the editor's auto-indent
+    after Enter), or nothing after a line that opens a block (``def f(x):`` then Enter in an
+    editor that does not indent), the prompt ends where the text before it ends, and
+    ``cut`` holds the whitespace left out (line breaks and indentation). A BPE tokenizer
+    merges a line break with the indentation after it (SmolLM2: ``"\\n    "`` is one token and
+    ``"):\\n    return"`` is ``"):" "\\n   " " return"``), so a prompt ending in that whitespace
+    is a token sequence the model rarely saw: it goes on with ``" return"`` (5 columns) or a
+    second tab, and after an opener and a lone ``"\\n"`` with anything (a lone ``"\\n"`` before
+    a line at column 0 is common: there the prompt stays). Cut, the model writes the line
+    break and the indentation itself; output that goes on with the line before instead
+    gives no suggestion. :func:`stop_at` and :func:`postprocess` drop the line
+    breaks it re-wrote, so the text starts at column 0 of the cursor's line (``line_prefix``
+    is ""); :func:`fit` then places it at the cursor. Otherwise ``ctx`` itself.
+
+    >>> p = prompt_context(context_at("def f(x):\\n    ", 14))
+    >>> p.prefix, p.cut, p.line_prefix
+    ('def f(x):', '\\n    ', '')
+    >>> prompt_context(context_at("x = f(", 6)) == context_at("x = f(", 6)
+    True
+    """
+    if ctx.line_prefix.strip():
+        return ctx
+    if not ctx.line_prefix and not _OPENER.search(ctx.prefix[:-1].rpartition("\n")[2]):
+        return ctx
+    head = ctx.prefix.rstrip(" \t\n")
+    if len(head) == len(ctx.prefix):
+        return ctx
+    return replace(ctx, prefix=head, line_prefix="", cut=ctx.prefix[len(head):])
+
+
+def _after_cut(output: str, cut: str) -> int | None:
+    """Where the cursor's line starts in the output of a cut prompt: after the line breaks
+    of ``cut`` that the output re-wrote (the extra ones are blank lines it adds). -1: the
+    output goes on with the line the prompt ends on, which is not the cursor's (it had to
+    break the line first); None while it is only whitespace."""
+    body = output.lstrip(" \t\r\n")
+    if not body:
+        return None
+    breaks = [i for i, c in enumerate(output[: len(output) - len(body)]) if c == "\n"]
+    wanted = cut.count("\n")
+    if not wanted:  # the cursor is on the document's first line: no break to re-write
+        return 0
+    return breaks[min(wanted, len(breaks)) - 1] + 1 if breaks else -1
 
 
 def _width(ws: str, tab: int) -> int:
@@ -151,6 +206,8 @@ def stop_at(ctx: CursorContext, *, max_lines: int = 12) -> Callable[[str], int |
     line (the suggestion is ``"\\n<next line>"``), mid-line it gives 0 (a line break is never a
     good inline suggestion). Block mode ends at the first blank line after content, before a
     line shallower than the block's first content line, or after ``max_lines`` content lines.
+    After a cut prompt (:func:`prompt_context`) the rules apply from the cursor's line on,
+    and output that does not break the line first gives 0.
 
     >>> stop_at(context_at("x = ", 4))("foo(1)\\nbar")
     6
@@ -207,7 +264,18 @@ def stop_at(ctx: CursorContext, *, max_lines: int = 12) -> Callable[[str], int |
                 return None
             pos = nl + 1
 
-    return line_stop if ctx.mode == "line" else block_stop
+    stop = line_stop if ctx.mode == "line" else block_stop
+    if not ctx.cut:
+        return stop
+
+    def after_cut(output: str) -> int | None:  # the rules apply from the cursor's line
+        start = _after_cut(output, ctx.cut)
+        if start is None or start < 0:
+            return None if start is None else 0
+        end = stop(output[start:])
+        return None if end is None else start + end
+
+    return after_cut
 
 
 def _trim_line(output: str, line_suffix: str) -> str:
@@ -246,7 +314,10 @@ def postprocess(output: str, ctx: CursorContext) -> str:
     conventions: trailing whitespace removed; text duplicating what follows the cursor trimmed
     (the end of the output that the rest of the line starts with; in block mode also the last
     lines where they repeat the next lines); indentation of the lines after the first in the
-    document's unit (tabs, or n spaces); ``"\\n"`` turned into ``ctx.eol``.
+    document's unit (tabs, or n spaces), the first line's too when it starts at column 0;
+    ``"\\n"`` turned into ``ctx.eol``. After a cut prompt (``ctx.cut``,
+    :func:`prompt_context`) the text starts at column 0 of the cursor's line ("" when the
+    output did not break the line first).
 
     >>> ctx = context_at("print(x)\\r\\n", 7)
     >>> postprocess(", y)  ", ctx)
@@ -257,6 +328,11 @@ def postprocess(output: str, ctx: CursorContext) -> str:
     >>> postprocess("\\n    y = 1\\n    if y:\\n        z()", tabs)
     '\\n\\ty = 1\\n\\tif y:\\n\\t\\tz()'
     """
+    if ctx.cut:
+        start = _after_cut(output, ctx.cut)
+        if start is None or start < 0:
+            return ""
+        output = output[start:]
     out = _lf(output).rstrip()
     # Block mode too: there line_suffix can hold the closer an editor auto-inserted (`foo(|)`).
     # Line mode keeps a trailing space this leaves ("return " before "a + b" is "return a + b").
@@ -265,8 +341,66 @@ def postprocess(output: str, ctx: CursorContext) -> str:
         out = _trim_block(out.rstrip(), ctx.suffix)
     if not out.strip():  # nothing but a line break and indentation: nothing to show
         return ""
-    first, *rest = out.split("\n")
-    widths = [len(_lead(ln).expandtabs(4)) for ln in rest if ln.strip()]
+    lines = out.split("\n")
+    keep = 0 if ctx.line_prefix == "" else 1  # a first line after text keeps its spacing
+    widths = [len(_lead(ln).expandtabs(4)) for ln in lines[keep:] if ln.strip()]
     step = _space_step(widths) or 4
-    rest = [_reindent(ln, ctx, step) for ln in rest]
-    return ctx.eol.join([first, *rest])
+    lines[keep:] = [_reindent(ln, ctx, step) for ln in lines[keep:]]
+    return ctx.eol.join(lines)
+
+
+def fit(text: str, ctx: CursorContext) -> tuple[int, str]:
+    """The suggestion (:func:`postprocess`, in the cursor's context ``ctx``, not the prompt's)
+    -> ``(n, insert)``: replace the ``n`` characters before the cursor, whitespace on its
+    line, with ``insert``. ``n`` is 0 unless the cursor's line holds only whitespace before
+    it, where the text starts at column 0 (:func:`prompt_context`): the editor's indentation
+    is kept as far as it matches the text's, ``n`` counts the rest (deeper, or tabs for
+    spaces). A first line that is blank replaces all of it (no indentation left trailing).
+
+    >>> fit("    return x", context_at("def f(x):\\n    ", 14))   # auto-indented
+    (0, 'return x')
+    >>> fit("    return x", context_at("def f(x):\\n", 10))      # no auto-indent
+    (0, '    return x')
+    >>> fit("def g():", context_at("    return 1\\n    ", 17))   # a dedent
+    (4, 'def g():')
+    >>> fit(" + 1", context_at("x = y", 5))
+    (0, ' + 1')
+    """
+    ws = ctx.line_prefix
+    if not text or ws.strip():
+        return 0, text
+    first = text.split(ctx.eol, 1)[0]
+    if not first.strip():
+        return len(ws), text
+    common = 0
+    for a, b in zip(ws, _lead(first)):
+        if a != b:
+            break
+        common += 1
+    return len(ws) - common, text[common:]
+
+
+def item_text(insert: str, n: int, ctx: CursorContext) -> str:
+    """``insert`` (:func:`fit`) as a completion item's text. The editors indent each line
+    after the first by the whitespace its line starts with before the edit (VS Code's
+    default insert mode, adjustIndentation; ``vim.snippet.expand`` in Neovim), so those
+    lines lose that much here. A line shallower than it cannot be written so: the text ends
+    before it ("" when nothing is left).
+
+    >>> item_text("a,\\n        b)", 0, context_at("    x = f(", 10))
+    'a,\\n    b)'
+    >>> item_text("\\ndef g():", 0, context_at("    return 1", 12))
+    ''
+    """
+    line = ctx.line_prefix[: len(ctx.line_prefix) - n]
+    base = _lead(line)
+    if not base:
+        return insert
+    first, *rest = insert.split(ctx.eol)
+    out = [first]
+    for ln in rest:
+        if ln.startswith(base) or not ln.strip():
+            out.append(ln[len(base):])
+        else:
+            break
+    return ctx.eol.join(out).rstrip()

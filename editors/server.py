@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import unquote
@@ -38,15 +41,35 @@ from editors.settings import Settings, parse_settings
 
 log = logging.getLogger("assistd.lsp")
 
+CLIENT_POLL_S = 2.0  # how often the client's process (initialize's processId) is checked
+# The client went away mid-write: the end of the session, not an error.
+_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
 
 class _QuietProtocol(logging.Filter):
     """pygls logs every message it sends at INFO (suggestions are the user's code: not
     for a log kept at info) and a client's invalid params or a cancelled request as an
     ERROR with a traceback. Keep its warnings and real errors; the rest only at DEBUG."""
 
+    # pygls's records that carry a message's content (the user's code, the token in
+    # initializationOptions): logged at DEBUG with sizes only, the kept args by index.
+    PAYLOAD = {"Sending data: %s": (), "Received result for message \"%s\": %s": (0,),
+               "Sending notification: '%s' %s": (0,),
+               "Sending request with id \"%s\": %s %s": (0, 1),
+               "Client response for %s received: %s": (), "Language server initialized %s": (),
+               "Workspace folders changed: %s": ()}
+
     def filter(self, record: logging.LogRecord) -> bool:
+        keep = self.PAYLOAD.get(record.msg) if isinstance(record.msg, str) else None
+        if keep is not None and isinstance(record.args, tuple):
+            record.args = tuple(a if i in keep else f"<{len(str(a))} chars>"
+                                for i, a in enumerate(record.args))
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, (JsonRpcException, asyncio.CancelledError)):
+        # pygls puts the traceback of params that do not deserialize in the message text;
+        # the client gets InvalidParams and the log one warning line naming the method.
+        if isinstance(exc, (JsonRpcException, asyncio.CancelledError, *_GONE)) or (
+                record.msg == "Unable to deserialize message\n%s"):
             return logging.getLogger("assistd").isEnabledFor(logging.DEBUG)
         return record.levelno >= logging.WARNING or logging.getLogger(
             "assistd").isEnabledFor(logging.DEBUG)
@@ -63,6 +86,32 @@ PARTIAL = "assistd/didPartiallyAcceptCompletion"
 DISMISSED = "assistd/didDismissCompletion"
 
 
+class _Writer:
+    """pygls's writer, except that a client gone before reading its answers (Neovim
+    does not wait for the shutdown reply) ends the session with one debug line, not a
+    BrokenPipeError traceback per unsent message."""
+
+    def __init__(self, writer, on_gone):
+        self._writer, self._on_gone, self.gone = writer, on_gone, False
+
+    def write(self, data: bytes) -> None:
+        if self.gone:
+            return
+        try:
+            self._writer.write(data)
+        except (*_GONE, ValueError) as e:  # ValueError: the stream is closed already
+            self.gone = True
+            log.debug("the client closed the connection before reading (%s): ending",
+                      type(e).__name__)
+            self._on_gone()
+
+    def close(self) -> None:
+        try:
+            self._writer.close()
+        except (*_GONE, ValueError):
+            pass
+
+
 class _Protocol(LanguageServerProtocol):
     """pygls's protocol, except that every request gets exactly one answer, as LSP's
     lifecycle says (pygls executes requests before ``initialize``, with a -32603 and a
@@ -77,10 +126,15 @@ class _Protocol(LanguageServerProtocol):
 
     _initialize_seen = False
 
+    def set_writer(self, writer, include_headers: bool = True):
+        super().set_writer(_Writer(writer, self._server.stop), include_headers)
+
     def handle_message(self, message):
         method = getattr(message, "method", None)
         msg_id = getattr(message, "id", None) if method is not None else None
         refusal = None
+        if method == types.EXIT and self._server._stopped:
+            return  # the session is ending already (the client is gone)
         if method == types.EXIT or method is None:  # exit, and the client's responses
             pass
         elif method == types.INITIALIZE and not self._initialize_seen:
@@ -122,6 +176,13 @@ class AssistdServer(LanguageServer):
                                                    thread_name_prefix="assistd-engine")
         self.latest: dict[str, Request] = {}  # uri -> newest completion request
         self._reported: set[str] = set()  # error messages already shown (once each)
+        self.watch_client = True  # end when initialize's processId is gone (in-process)
+        self.loading = None  # the Future of the engine's opening, once started
+        self._stage = "loading the model"  # what the loading does now (progress message)
+        self._progress: str | None = None  # the work-done progress token shown meanwhile
+        self._stopped = False
+        self._watch: asyncio.Task | None = None
+        self._main: asyncio.Task | None = None  # pygls's read loop (stop() cancels it)
 
     async def run(self, fn, *args):
         """Run ``fn(*args)`` on the engine thread without blocking the event loop."""
@@ -134,10 +195,124 @@ class AssistdServer(LanguageServer):
         fut = self.worker.submit(fn, *args)
 
         def done(f) -> None:
-            if f.exception() is not None:
-                loop.call_soon_threadsafe(self.report, f.exception())
+            if not f.cancelled() and f.exception() is not None:
+                _on_loop(loop, self.report, f.exception())
 
         fut.add_done_callback(done)
+
+    def stop(self) -> None:
+        """End the session as if the client had sent ``exit`` (client process gone, or
+        its end of the connection closed): pending requests are cancelled, the read loop
+        ends, and :meth:`start_io` returns."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for req in self.latest.values():
+            req.cancel.set()
+        if self._stop_event is not None:
+            self._stop_event.set()
+        if self._main is not None:  # the read loop waits on the client: cancel its wait
+            self._main.cancel()
+
+    def start_io(self, stdin=None, stdout=None) -> None:
+        """pygls's; returns (instead of raising CancelledError) when :meth:`stop` ended
+        the read loop."""
+        try:
+            super().start_io(stdin, stdout)
+        except asyncio.CancelledError:
+            if not self._stopped:
+                raise
+
+    def shutdown(self) -> None:
+        """pygls's, without waiting for its reader thread (blocked on a client that may
+        never write again); the process ends it (``assistd lsp``)."""
+        if self._stop_event is not None:
+            self._stop_event.set()
+        if self._thread_pool:
+            self._thread_pool.shutdown(wait=False, cancel_futures=True)
+        if self._server:
+            self._server.close()
+
+    def finish(self, timeout: float = 10.0) -> None:
+        """After :meth:`start_io` returned, in-process: close the engine on its thread,
+        waiting at most ``timeout`` seconds. A model still loading is not waited for
+        (the process exits: every ledger row is committed already)."""
+        for req in self.latest.values():
+            req.cancel.set()
+        if self.loading is not None and not self.loading.done():
+            log.info("the model is still loading: exiting without waiting for it")
+            return
+        try:
+            self.worker.submit(self.completer.close).result(timeout)
+        except TimeoutError:
+            log.info("the engine is still busy: exiting without waiting for it")
+        except (AssistdError, RuntimeError, OSError) as e:
+            log.debug("closing the engine: %s", e)
+        self.worker.shutdown(wait=False, cancel_futures=True)
+
+    def watch_client_process(self, pid: int) -> None:
+        """Stop when process ``pid`` (the editor) is gone: a killed extension host never
+        closes a pipe another process inherited, nor sends exit. Call it in initialize:
+        a pid that is no process then is another pid namespace's (a sandboxed editor)."""
+        if not _alive(pid):
+            log.info("the client's processId %d is no process here: not watched", pid)
+            return
+        log.debug("watching the client's process %d", pid)
+        self._watch = asyncio.ensure_future(self._poll_client(pid))
+
+    async def _poll_client(self, pid: int) -> None:
+        while True:
+            await asyncio.sleep(CLIENT_POLL_S)
+            if not _alive(pid):
+                log.info("the client's process %d is gone: ending the session", pid)
+                self.stop()
+                return
+
+    def start_loading(self) -> None:
+        """Open the engine (model, history, tuner calibration) on the worker now, in the
+        background; completion requests queue behind it on the one worker thread, so a
+        request that arrives meanwhile is answered once the model is ready."""
+        loop = asyncio.get_running_loop()
+
+        def stage(msg: str) -> None:  # called on the worker thread
+            _on_loop(loop, self._report_stage, msg)
+
+        self.loading = self.worker.submit(self.completer.open, stage)
+        self.loading.add_done_callback(lambda f: _on_loop(loop, self._loaded, f))
+
+    def _report_stage(self, msg: str) -> None:
+        self._stage = msg
+        if self._progress is not None:
+            self.work_done_progress.report(self._progress, types.WorkDoneProgressReport(
+                message=msg))
+
+    def _loaded(self, fut) -> None:
+        error = None if fut.cancelled() else fut.exception()
+        if error is not None:
+            self.report(error)
+        if self._progress is not None:
+            self.work_done_progress.end(self._progress, types.WorkDoneProgressEnd(
+                message="ready" if error is None else f"failed: {error}"))
+            self._progress = None
+
+    async def show_loading(self) -> None:
+        """``window/workDoneProgress`` while the engine opens, where the client shows it
+        (capabilities.window.workDoneProgress): both VS Code and Neovim do."""
+        window = getattr(self.client_capabilities, "window", None)
+        if self.loading is None or self.loading.done() or not getattr(
+                window, "work_done_progress", False):
+            return
+        token = f"assistd-load-{uuid.uuid4().hex[:8]}"
+        try:
+            await self.work_done_progress.create_async(token)
+        except (JsonRpcException, asyncio.CancelledError) as e:
+            log.debug("the client refused the progress token: %s", e)
+            return
+        if self.loading.done():
+            return
+        self._progress = token
+        self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+            title="assistd", message=self._stage, cancellable=False))
 
     def report(self, error: BaseException) -> None:
         """An error the user must see: ``window/showMessage`` once per message, and the log."""
@@ -160,16 +335,21 @@ class AssistdServer(LanguageServer):
     def apply_settings(self, raw: Any) -> None:
         settings, warnings = parse_settings(raw, self.settings)
         self.warn(warnings)
+        reopen = settings.engine_key() != self.settings.engine_key()
         self.settings = settings
         self._reported.clear()  # a new model path deserves a new error message
         self.submit(self.completer.configure, settings)
+        if reopen and self.loading is not None and self.completer.shared is None:
+            self.start_loading()  # a new model or db: load it now, not on a keystroke
 
     # -- completion --------------------------------------------------------
 
-    async def suggest(self, uri: str, position: types.Position) -> Suggestion | None:
+    async def suggest(self, uri: str, position: types.Position,
+                      method: str = "inlineCompletion") -> Suggestion | None:
         """The suggestion at ``position``; None when there is none (disabled, cancelled,
         failed: failures reach the user through :meth:`report`). Raises
-        JsonRpcInvalidParams for an unknown document or a position outside it."""
+        JsonRpcInvalidParams for an unknown document or a position outside it. Logs one
+        info line per request (``method``, language, sizes, ms: never the text)."""
         docs = self.workspace.text_documents
         uri = unquote(uri)  # pygls keys documents by the decoded URI (VS Code sends %20, c%3A)
         if uri not in docs:
@@ -188,10 +368,13 @@ class AssistdServer(LanguageServer):
         if older is not None:
             older.cancel.set()  # latest wins
         self.latest[uri] = req
+        t0 = time.perf_counter()
         try:
             result = await self.run(self.completer.complete, req)
         except asyncio.CancelledError:
             req.cancel.set()  # $/cancelRequest: stop within one round
+            log.info("%s %s: cancelled after %.0f ms", method, req.language,
+                     (time.perf_counter() - t0) * 1000)
             raise
         except (AssistdError, RuntimeError, OSError) as e:
             self.report(e)
@@ -199,7 +382,39 @@ class AssistdServer(LanguageServer):
         finally:
             if self.latest.get(uri) is req:
                 del self.latest[uri]
+        _log_request(method, req, result, (time.perf_counter() - t0) * 1000)
         return result if result.text else None
+
+
+def _log_request(method: str, req: Request, s: Suggestion, ms: float) -> None:
+    """One info line per answer (and the ledger's line): sizes and times, never text."""
+    led = s.ledger
+    prompt = led.prompt_tokens if led is not None else 0
+    log.info("%s %s: %s, %d prompt tokens, %.0f ms (engine %.0f ms), %d chars returned",
+             method, req.language, s.source, prompt, ms, s.ms, len(s.text))
+    if led is not None:
+        log.info("ledger: %s stop=%s", led.summary(), s.stop_reason)
+    log.debug("%s: document %d chars, cursor at %d, %d other buffers", method,
+              len(req.text), req.offset, len(req.buffers))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        pass
+    return True
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
+    """``fn(*args)`` on ``loop`` from another thread; nothing once the loop is closed
+    (the session ended while the engine worked)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -238,12 +453,17 @@ def build_server(settings: Settings | None = None, completer=None,
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: AssistdServer, params: types.InitializeParams):
+        ls._main = asyncio.current_task()  # handlers run inline in pygls's read loop
         ls.apply_settings(params.initialization_options)
+        # Load the model now, in the background, not on the first keystroke.
+        ls.start_loading()
+        if ls.watch_client and isinstance(params.process_id, int) and params.process_id > 0:
+            ls.watch_client_process(params.process_id)
 
     @server.feature(types.INITIALIZED)
-    def initialized(ls: AssistdServer, params: types.InitializedParams):
-        # Load the model now, not on the first keystroke.
-        ls.submit(ls.completer.open)
+    async def initialized(ls: AssistdServer, params: types.InitializedParams):
+        # Progress may only be created once initialize is answered.
+        await ls.show_loading()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: AssistdServer, params: types.DidChangeConfigurationParams):
@@ -266,29 +486,37 @@ def build_server(settings: Settings | None = None, completer=None,
         if s is None:
             return types.InlineCompletionList(items=[])
         pos = params.position
+        # s.replace: whitespace before the cursor the text replaces (one code unit each in
+        # every encoding); VS Code and Neovim 0.12 show only the text past the indentation.
+        start = types.Position(pos.line, pos.character - s.replace)
         return types.InlineCompletionList(items=[types.InlineCompletionItem(
-            insert_text=s.text, range=types.Range(pos, pos), command=_item_command(s))])
+            insert_text=s.text, range=types.Range(start, pos), command=_item_command(s))])
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION,
                     types.CompletionOptions(trigger_characters=[".", "(", " "]))
     async def completion(ls: AssistdServer, params: types.CompletionParams):
-        s = await ls.suggest(params.text_document.uri, params.position)
-        if s is None:
+        s = await ls.suggest(params.text_document.uri, params.position, "completion")
+        if s is None or not s.item_text:
             return types.CompletionList(is_incomplete=True, items=[])
         first = s.text.lstrip("\r\n").splitlines()[0] if s.text.strip() else s.text
         pos = params.position
         # An older client filters items by the word before the cursor: the edit starts
-        # at the cursor and is always re-requested (isIncomplete) as the user types.
+        # at the cursor (or at the indentation it replaces: whitespace is no word to
+        # filter by) and is always re-requested (isIncomplete) as the user types.
+        # Its lines after the first are relative to the line's indentation (item_text):
+        # VS Code (adjustIndentation) and vim.snippet.expand add it back.
         # A snippet (escaped) where the client takes snippets: Neovim 0.11 inserts a
         # plain-text item only up to its first whitespace (seen with its popup menu).
-        text, fmt = s.text, types.InsertTextFormat.PlainText
+        text, fmt = s.item_text, types.InsertTextFormat.PlainText
         if _snippets(ls.client_capabilities):
             text = text.replace("\\", "\\\\").replace("$", "\\$").replace("}", "\\}")
             fmt = types.InsertTextFormat.Snippet
         return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
             label=first.strip()[:80] or s.text, kind=types.CompletionItemKind.Text,
             detail="assistd", insert_text_format=fmt,
-            text_edit=types.TextEdit(types.Range(pos, pos), text), filter_text="",
+            insert_text_mode=types.InsertTextMode.AdjustIndentation,
+            text_edit=types.TextEdit(types.Range(types.Position(
+                pos.line, pos.character - s.replace), pos), text), filter_text="",
             sort_text="0", command=_item_command(s))])
 
     @server.command(ACCEPTED)
@@ -322,6 +550,12 @@ def build_server(settings: Settings | None = None, completer=None,
         if sid := _param(params, "id"):
             ls.submit(ls.completer.event, str(sid), "dismissed")
 
+    @server.feature(types.EXIT)
+    def exit_(ls: AssistdServer, params):
+        ls._stopped = True  # pygls exits now; a client gone meanwhile must not exit twice
+        for req in ls.latest.values():
+            req.cancel.set()
+
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: AssistdServer, params):
         for req in ls.latest.values():
@@ -350,6 +584,7 @@ def serve_hosted(runtime, executor, reader, writer, *, label: str = "") -> None:
     completer = Completer(shared=runtime)
     completer.owner, completer.host = f"lsp:{label.rpartition('#')[2]}", label
     server = build_server(completer=completer, worker=executor)
+    server.watch_client = False  # `assistd lsp` (the pipe) watches the editor instead
     try:
         server.start_io(reader, writer)
     finally:

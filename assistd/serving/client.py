@@ -7,12 +7,30 @@ status``) call :func:`find_daemon`: a client when the socket exists and answers
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import time
 from pathlib import Path
 
 import httpx
 
 from assistd.ground.errors import AssistdError, InputError
+
+
+log = logging.getLogger("assistd.lsp")
+
+_PROCESS_ID = re.compile(rb'"processId"\s*:\s*(\d+)')
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        pass
+    return True
 
 
 class DaemonError(AssistdError):
@@ -87,13 +105,19 @@ def find_daemon(path: Path | None = None) -> DaemonClient | None:
     return None
 
 
-def pipe_lsp(path: Path, fd_in: int, fd_out: int) -> None:
+def pipe_lsp(path: Path, fd_in: int, fd_out: int, *, poll_s: float = 2.0,
+             linger_s: float = 10.0) -> None:
     """``assistd lsp`` through the daemon: copy bytes between the editor (file
     descriptors ``fd_in`` and ``fd_out``: stdin and stdout, or one TCP connection twice)
     and the daemon's editor socket ``path`` until the daemon's side closes. The language
     server runs in the daemon (:mod:`assistd.serving.lsp_host`). One thread and
     ``select``: no reader is left blocked on stdin when the process exits. Raises
-    :class:`InputError` when the socket does not answer."""
+    :class:`InputError` when the socket does not answer.
+
+    It also ends, closing the session, when the editor is gone: its process (the
+    initialize request's ``processId``, or this process's parent) checked every
+    ``poll_s`` seconds, or ``linger_s`` seconds after ``fd_in`` reached end of file
+    without the daemon closing (a killed extension host sends no ``exit``)."""
     import selectors
     import socket
 
@@ -107,15 +131,24 @@ def pipe_lsp(path: Path, fd_in: int, fd_out: int) -> None:
     sel = selectors.DefaultSelector()
     sel.register(fd_in, selectors.EVENT_READ, "editor")
     sel.register(sock, selectors.EVENT_READ, "daemon")
+    parent, client, head = os.getppid(), None, b""
+    eof_at = None  # monotonic time fd_in reached end of file
+    checked = time.monotonic()
     try:
         while True:
-            for key, _ in sel.select():
+            for key, _ in sel.select(poll_s):
                 if key.data == "editor":
                     data = os.read(fd_in, 65536)
                     if not data:  # the editor closed its end: the server sees end of file
                         sel.unregister(fd_in)
                         sock.shutdown(socket.SHUT_WR)
+                        eof_at = time.monotonic()
                         continue
+                    if client is None and len(head) < 65536:  # initialize comes first
+                        head += data
+                        if m := _PROCESS_ID.search(head):  # 0: not a process here
+                            client, head = int(m.group(1)), b""
+                            client = client if client > 0 and _alive(client) else 0
                     sock.sendall(data)
                 else:
                     data = sock.recv(65536)
@@ -124,7 +157,17 @@ def pipe_lsp(path: Path, fd_in: int, fd_out: int) -> None:
                     view = memoryview(data)
                     while view:
                         view = view[os.write(fd_out, view):]
-    except OSError:  # the editor went away mid-write, or the daemon mid-read
+            now = time.monotonic()
+            if eof_at is not None and now - eof_at > linger_s:
+                log.info("the editor closed its input %.0f s ago: ending the session", linger_s)
+                return
+            if now - checked >= poll_s:
+                checked = now
+                if os.getppid() != parent or (client and not _alive(client)):
+                    log.info("the editor's process is gone: ending the session")
+                    return
+    except OSError as e:  # the editor went away mid-write, or the daemon mid-read
+        log.debug("the connection ended: %s", e)
         return
     finally:
         sel.close()

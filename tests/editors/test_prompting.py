@@ -9,10 +9,12 @@ from __future__ import annotations
 import doctest
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import editors.prompting
-from editors.prompting import (context_at, detect_eol, detect_indent, postprocess, split_lines,
-                               stop_at)
+from editors.prompting import (context_at, detect_eol, detect_indent, fit, item_text, postprocess,
+                               prompt_context, split_lines, stop_at)
 
 
 def suggest(text: str, offset: int, output: str, *, max_lines: int = 12, chunk: int = 1) -> str:
@@ -321,3 +323,163 @@ def test_opener_with_autoclosed_bracket():
     # Breaking the line: the arguments, then ")" is already in the document.
     assert suggest(text, 17, "\n    a,\n    b,\n)\nprint(result)") == "\n    a,\n    b,"
     assert suggest(text, 17, "\n    a,\n    b)\n") == "\n    a,\n    b"
+
+
+# -- the cursor's column: auto-indent, prompt cut, fit -------------------------------------
+
+
+def accept(doc: str, output: str, *, offset: int | None = None, chunk: int = 1) -> str:
+    """The document after accepting what the server makes of ``output`` (the model's text
+    after the prompt :func:`prompt_context` gives), at ``offset`` (default: the end): the
+    stop rule run as the decoding loop does, postprocess, fit, then the edit applied."""
+    offset = len(doc) if offset is None else offset
+    ctx = context_at(doc, offset)
+    pctx = prompt_context(ctx)
+    stop = stop_at(pctx)
+    so_far = ""
+    for i in range(0, len(output), chunk):
+        so_far = output[: i + chunk]
+        end = stop(so_far)
+        if end is not None:
+            so_far = so_far[:end]
+            break
+    n, insert = fit(postprocess(so_far, pctx), ctx)
+    assert doc[offset - n : offset].strip(" \t") == ""  # only whitespace is ever replaced
+    return doc[: offset - n] + insert + doc[offset:]
+
+
+def test_prompt_ends_before_the_whitespace_of_an_auto_indented_line():
+    for doc, head, cut in [
+        ("def f(x):\n    ", "def f(x):", "\n    "),
+        ("def f(x):\n\t", "def f(x):", "\n\t"),
+        ("def f(x):\n", "def f(x):", "\n"),             # column 0, no auto-indent
+        ("x = 1  \n\n  ", "x = 1", "  \n\n  "),          # trailing spaces, blank lines
+        ("    ", "", "    "),                            # the first line
+    ]:
+        p = prompt_context(context_at(doc, len(doc)))
+        assert (p.prefix, p.cut, p.line_prefix, p.suffix) == (head, cut, "", ""), doc
+    for doc in ["x = ", "def f(x):", "", "a\n  b", "a\n"]:  # text before the cursor, or no opener
+        ctx = context_at(doc, len(doc))
+        assert prompt_context(ctx) is ctx
+    ctx = context_at("if x:\n    foo()\n", 10)  # whitespace before text: cut, line mode
+    p = prompt_context(ctx)
+    assert (p.prefix, p.cut, p.suffix, p.mode) == ("if x:", "\n    ", "foo()\n", "line")
+
+
+SQUARE = "def area(side):\n"
+
+
+@pytest.mark.parametrize("auto", ["    ", "", "  ", "        ", "\t", "   "])
+@pytest.mark.parametrize("output", [
+    "\n    return side * side\n\nprint(area(2))\n",
+    "\n    return side * side",
+    "\n\n    return side * side\n\n",  # a blank line first: kept, without indentation
+])
+def test_accepted_line_has_the_model_indentation_whatever_the_editor_put(auto, output):
+    unit = "\t" if auto == "\t" else "    "  # nothing else indented: the editor's tab decides
+    want = SQUARE + ("\n" if output.startswith("\n\n") else "") + unit + "return side * side"
+    assert accept(SQUARE + auto, output) == want
+    assert accept(SQUARE + auto, output, chunk=5) == want  # longer tokens
+
+
+def test_tab_document():
+    doc = "class A:\n\tdef f(self):\n\t\tpass\n\tdef area(self, side):\n"
+    for auto in ["\t\t", "\t", "", "        ", "\t  "]:
+        assert accept(doc + auto, "\n\t\treturn side * side\n\n") == doc + "\t\treturn side * side"
+        # Spaces from the model become tabs, the editor's spaces give way.
+        assert accept(doc + auto, "\n        return side\n") == doc + "\t\treturn side"
+    # A new file: the editor's auto-indent tells tabs.
+    ctx = context_at(SQUARE + "\t", len(SQUARE) + 1)
+    assert ctx.indent == "\t"
+    assert accept(SQUARE + "\t", "\n    if side:\n        return side\n") \
+        == SQUARE + "\tif side:\n\t\treturn side"
+
+
+def test_multi_line_block_keeps_its_shape():
+    out = "\n    if side < 0:\n        raise ValueError(side)\n    return side * side\n\ndef g"
+    want = SQUARE + "    if side < 0:\n        raise ValueError(side)\n    return side * side"
+    for auto in ["    ", "", "        ", "  "]:
+        assert accept(SQUARE + auto, out) == want
+
+
+def test_dedent_replaces_the_editor_indentation():
+    doc = "def f(x):\n    return x\n    "
+    assert accept(doc, "\n\ndef g(y):\n    return y\n") == \
+        "def f(x):\n    return x\n\ndef g(y):\n    return y"
+    assert accept(doc, "\ndef g(y):\n    return y\n") == \
+        "def f(x):\n    return x\ndef g(y):\n    return y"
+
+
+def test_output_continuing_the_line_before_shows_nothing():
+    # The prompt ends at "):" and the cursor is on the next line: text for that earlier
+    # line cannot be inserted at the cursor, and the generation stops at once.
+    assert stop_at(prompt_context(context_at(SQUARE + "    ", 20)))(" #") == 0
+    assert accept(SQUARE + "    ", " # area\n    return side\n") == SQUARE + "    "
+    assert accept(SQUARE, "  \n    return 1\n") == SQUARE + "    return 1"  # spaces, then the break
+
+
+def test_whitespace_only_output_is_undecided_then_nothing():
+    stop = stop_at(prompt_context(context_at(SQUARE + "    ", 20)))
+    assert stop("\n") is None and stop("\n    ") is None and stop("\n\n  \n") is None
+    assert postprocess("\n    ", prompt_context(context_at(SQUARE + "    ", 20))) == ""
+
+
+def test_blank_lines_above_the_cursor():
+    doc = "def f():\n    return 1\n\n  "  # auto-indent after a blank line: cut to "1"
+    assert accept(doc, "\n\n\ndef g():\n    return 2\n\n") == \
+        "def f():\n    return 1\n\n\ndef g():\n    return 2"  # the model's second blank line
+    assert accept(doc, "\ndef g():\n    return 2\n\n") == \
+        "def f():\n    return 1\n\ndef g():\n    return 2"  # fewer breaks: the cursor's line
+    # Column 0 after a blank line, or after a line that opens nothing: a lone "\n" is what
+    # the model saw before such lines; the prompt stays.
+    for doc in ["def f():\n    return 1\n\n", "import os\n", "x = 1\n"]:
+        ctx = context_at(doc, len(doc))
+        assert prompt_context(ctx) is ctx
+    assert accept("import os\n", "import sys\n") == "import os\nimport sys"
+
+
+def test_crlf_document_with_auto_indent():
+    doc = "def area(side):\r\n    "
+    ctx = context_at(doc, len(doc))
+    pctx = prompt_context(ctx)
+    n, insert = fit(postprocess("\n    y = side\n    return y\n\n", pctx), ctx)
+    assert (n, insert) == (0, "y = side\r\n    return y")
+
+
+def test_cursor_with_text_before_it_is_untouched():
+    doc = "x = compute("
+    assert fit("a, b", context_at(doc, len(doc))) == (0, "a, b")
+    assert accept("total = ", "a + b\n") == "total = a + b"
+    assert accept("if x:\n    foo()\n", "\n    bar()\n", offset=10) == "if x:\n    bar()foo()\n"
+    assert accept("if x:\n    foo()\n", "\n    foo()\n", offset=10) == "if x:\n    foo()\n"
+
+
+@pytest.mark.parametrize(("line_prefix", "insert", "n", "want"), [
+    ("    x = f(", "a,\n        b)", 0, "a,\n    b)"),          # relative to the line's 4
+    ("", "    return 1\n    return 2", 0, "    return 1\n    return 2"),
+    ("    ", "return 1\n    return 2", 0, "return 1\nreturn 2"),
+    ("        ", "return 1\n    return 2", 4, "return 1\nreturn 2"),  # 4 kept, 4 replaced
+    ("\t", "if x:\n\t\ty()", 0, "if x:\n\ty()"),
+    ("    ", "a\n\n    b", 0, "a\n\nb"),                         # a blank line stays blank
+    ("    x = 1", "\nprint(x)", 0, ""),                          # shallower than the line
+    ("    x = f(", "a,\n    b,\nc)", 0, "a,\nb,"),               # cut before the shallower line
+])
+def test_item_text_is_relative_to_the_line_indentation(line_prefix, insert, n, want):
+    ctx = context_at("def f():\n" + line_prefix, 9 + len(line_prefix))
+    assert item_text(insert, n, ctx) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(auto=st.text(" \t", max_size=12), depth=st.integers(0, 3), blank=st.integers(0, 2),
+       tabs=st.booleans(), body=st.sampled_from(["x = 1", "return (a,", "pass  "]))
+def test_any_auto_indent_gives_the_model_indentation(auto, depth, blank, tabs, body):
+    """Whatever whitespace the editor put before the cursor, and whatever depth the model
+    chose after the cut prompt: the line is the model's, in the document's unit."""
+    unit = "\t" if tabs else "    "
+    doc = f"def f():\n{unit}if a:\n{unit * 2}b()\n{unit}else:\n" + auto
+    model_lead = "    " * depth  # the model writes spaces; a tab document gets tabs back
+    out = "\n" * (1 + blank) + model_lead + body + "\n\nz"
+    result = accept(doc, out)
+    head = doc[: len(doc) - len(auto)]
+    assert result.startswith(head)  # nothing before the cursor's line changed
+    assert result[len(head):] == "\n" * blank + unit * depth + body.rstrip()
