@@ -14,6 +14,7 @@ older gets an empty answer, so every request id gets exactly one response.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -68,12 +69,18 @@ class _QuietProtocol(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         # pygls puts the traceback of params that do not deserialize in the message text;
         # the client gets InvalidParams and the log one warning line naming the method.
+        # A body that is not JSON (or nests past the recursion limit) is answered -32700
+        # by report_server_error, and logged there in one line.
         if isinstance(exc, (JsonRpcException, asyncio.CancelledError, *_GONE)) or (
-                record.msg == "Unable to deserialize message\n%s"):
+                record.msg == "Unable to deserialize message\n%s") or (
+                record.msg == "Unable to handle message" and isinstance(exc, _NOT_JSON)):
             return logging.getLogger("assistd").isEnabledFor(logging.DEBUG)
         return record.levelno >= logging.WARNING or logging.getLogger(
             "assistd").isEnabledFor(logging.DEBUG)
 
+
+# json.loads of a body: JSONDecodeError (a ValueError), bad UTF-8, nesting past the limit.
+_NOT_JSON = (json.JSONDecodeError, UnicodeDecodeError, RecursionError)
 
 for _name in ("pygls.protocol.json_rpc", "pygls.protocol.language_server", "pygls.server",
               "pygls.feature_manager"):
@@ -324,7 +331,14 @@ class AssistdServer(LanguageServer):
 
     def report_server_error(self, error: Exception, source) -> None:
         """pygls's out-of-band errors (a malformed notification, didChange for a document
-        never opened) go to the log, not a popup per keystroke; ours go via :meth:`report`."""
+        never opened) go to the log, not a popup per keystroke; ours go via :meth:`report`.
+        A body that is not JSON gets JSON-RPC's ParseError (-32700, id null), which pygls
+        does not send."""
+        if isinstance(error, _NOT_JSON):
+            log.warning("a message that is not JSON: %s", str(error)[:200])
+            self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32700, "message": f"Parse error: {str(error)[:200]}"}})
+            return
         log.warning("protocol error (%s): %s", getattr(source, "__name__", source), error)
 
     def warn(self, messages: list[str]) -> None:

@@ -134,6 +134,40 @@ async def test_requests_before_initialize_and_after_shutdown_get_an_answer(tmp_p
         await client.stop()
 
 
+def test_a_body_that_is_not_json_gets_a_parse_error_and_no_traceback(tmp_path):
+    """Invalid JSON and a body nested 100,000 deep got no answer and a ~70-line
+    traceback each in the log (a break-it pass); now each gets JSON-RPC's ParseError
+    (-32700, id null), the log one line, and the session goes on."""
+    def frame(body: bytes) -> bytes:
+        return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    def msg(obj) -> bytes:
+        return frame(json.dumps(obj).encode())
+
+    stdin = b"".join([
+        msg({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "capabilities": {}, "initializationOptions": {"assistd": {
+                "db": str(tmp_path / "h.db")}}}}),
+        frame(b"{{{"), frame(b"[" * 100_000 + b"]" * 100_000), frame(b"\xff\xfe{}"),
+        # Still reading and answering: a second initialize is refused, in order.
+        msg({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"capabilities": {}}}),
+        msg({"jsonrpc": "2.0", "method": "exit"})])
+    r = subprocess.run([sys.executable, "-m", "assistd", "lsp", "--no-daemon"], input=stdin,
+                       capture_output=True, timeout=300, env={
+                           **os.environ, "ASSISTD_DB": str(tmp_path / "h.db")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    answers, buf = [], r.stdout
+    while buf:
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        size = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        answers.append(json.loads(rest[:size]))
+        buf = rest[size:]
+    parse_errors = [a for a in answers if a.get("error", {}).get("code") == -32700]
+    assert len(parse_errors) == 3 and all(a["id"] is None for a in parse_errors), answers
+    assert answers[-1]["id"] == 2 and answers[-1]["error"]["code"] == -32600, answers
+    assert b"Traceback" not in r.stderr, r.stderr[-3000:]
+
+
 async def _wait_exit(proc, timeout: float = 60) -> int:
     import asyncio
 
