@@ -128,7 +128,8 @@ def _transcript_line(t) -> str:
         f" {t.dropped_blobs} blobs dropped; {t.skipped_large} too large;"
         f" {t.decoded_with_replacement} decoded with replacement; {t.redactions} secrets redacted"
     ) + _refused_lines("transcripts", t.refused) + "".join(
-        f"\ntranscripts: {n} read only in part: {reason}" for reason, n in sorted(t.truncated.items()))
+        f"\ntranscripts: {n} read only in part: {reason}"
+        for reason, n in sorted(t.truncated.items()))
 
 
 @cli.command()

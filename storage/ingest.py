@@ -14,6 +14,9 @@ there, with no record duplicated or lost.
   or truncated: its records are forgotten and it is read again from byte 0.
 - Whole-JSON formats (rewritten on every save) and ``.zst`` archives are read
   whole when their size or mtime changes; records that disappeared are forgotten.
+  A ``.zst`` is decompressed as a stream, a line at a time: one that inflates past
+  ``MAX_WHOLE_BYTES`` (a bomb) is read as if cut there, its earlier records kept and
+  the cut counted (``TranscriptReport.truncated``); memory stays about one line.
 - A transcript file that vanished keeps its records (agents delete old sessions;
   the history is the memory of them) until ``assistd history forget``.
 - A path that is not a regular file (a FIFO, a socket, a device; one swapped in since
@@ -50,7 +53,7 @@ from storage.transcripts.base import (
     loads,
 )
 from storage.transcripts.detect import HEAD_BYTES as SNIFF_BYTES
-from storage.transcripts.detect import detect_format, open_bytes, parser_for
+from storage.transcripts.detect import detect_format, iter_decompressed, open_bytes, parser_for
 from storage.walk import NOT_REGULAR, SYMLINK, Refused, open_checked
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,8 @@ MAX_LINE_BYTES = 64 << 20  # a longer line is skipped and counted (a pasted blob
 MAX_WHOLE_BYTES = 256 << 20  # a whole-JSON or .zst transcript (decompressed) is read up to this
 DEFAULT_MAX_RECORD_BYTES = 1_000_000  # as ``assistd index --max-bytes`` for repository files
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# A ``truncated`` reason: a .zst line format that decompresses past the cap.
+OVER_WHOLE = f"decompressed past {MAX_WHOLE_BYTES >> 20} MB"
 
 
 @dataclass
@@ -86,6 +91,10 @@ class TranscriptReport:
     formats: dict[str, int] = field(default_factory=dict)
     # Paths not read, by reason (storage.walk.NOT_REGULAR, SYMLINK, EMPTY_FOLDER) -> count.
     refused: dict[str, int] = field(default_factory=dict)
+    # Files read only in part, their records up to the cut kept (a .zst line format
+    # decompressing past MAX_WHOLE_BYTES), by reason -> count.
+    truncated: dict[str, int] = field(default_factory=dict)
+    decoded_with_replacement: int = 0  # lines (whole-JSON: files) not valid UTF-8
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -98,6 +107,10 @@ class TranscriptReport:
                     mine[f] = mine.get(f, 0) + n
             else:
                 setattr(self, k, getattr(self, k) + v)
+
+    def truncate(self, path, reason: str) -> None:
+        self.truncated[reason] = self.truncated.get(reason, 0) + 1
+        log.info("%s: %s; read up to there, its records before kept", path, reason)
 
     def refuse(self, path, reason: str) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + 1
@@ -196,20 +209,16 @@ class TranscriptIngester:
     # -- whole files ----------------------------------------------------------
 
     def _ingest_whole(self, path, f, st, fmt, parser, fallback, report) -> None:
-        data = open_bytes(path, max_bytes=MAX_WHOLE_BYTES + 1, file=f)  # a .zst bomb stops here
-        if len(data) > MAX_WHOLE_BYTES:
-            report.skipped_large += 1
-            log.info("skipped %s: over %d bytes", path, MAX_WHOLE_BYTES)
-            return
         if isinstance(parser, WholeParser):
-            ops = parser.parse(data)
-        else:  # a compressed line format: feed every line to a fresh parser
-            ops = []
-            lines = data.split(b"\n")
-            if lines and lines[-1] == b"":
-                lines.pop()
-            for line in lines:
-                ops.extend(parser.feed_line(line))
+            data = _read_capped(path, f)
+            if data is None:
+                report.skipped_large += 1  # cut short it would not parse
+                log.info("skipped %s: over %d bytes", path, MAX_WHOLE_BYTES)
+                return
+            ops, size, head = parser.parse(data), len(data), data[:HEAD_BYTES]
+            del data
+        else:  # a compressed line format: streamed line by line into a fresh parser
+            ops, size, head = self._feed_stream(path, f, parser, report)
         source = str(path)
         with self.store.transaction():
             # A whole file is the complete truth: rebuild its record set from scratch,
@@ -219,7 +228,42 @@ class TranscriptIngester:
             gone = [doc_id for key, (doc_id, _, _) in stored.items() if key not in records]
             report.records_removed += self.store.remove_documents(gone)
             self._write_records(source, records, stored, fallback, report, force=False)
-            self._save_state(path, st, fmt, len(data), data[:HEAD_BYTES], parser, {}, report)
+            self._save_state(path, st, fmt, size, head, parser, {}, report)
+
+    def _feed_stream(self, path, f, parser: LineParser, report) -> tuple[list, int, bytes]:
+        """Feed the decompressed lines of ``f`` to ``parser`` -> (ops, bytes read, head).
+
+        Holds one line at most (never more than ``MAX_LINE_BYTES``; a longer one is
+        skipped and counted) and stops at ``MAX_WHOLE_BYTES``: a bomb is read as if
+        truncated there, its records before the cap kept (``report.truncated``)."""
+        f.seek(0)
+        ops, head, total = [], b"", 0
+        pending, skipping = bytearray(), False  # the current line; True: a giant being dropped
+        for chunk in iter_decompressed(f, path):
+            if len(head) < HEAD_BYTES:
+                head += chunk[:HEAD_BYTES - len(head)]
+            over = total + len(chunk) > MAX_WHOLE_BYTES
+            if over:
+                chunk = chunk[:MAX_WHOLE_BYTES - total]
+            total += len(chunk)
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                if not skipping:
+                    ops.extend(parser.feed_line(bytes(pending) + chunk[start:end]))
+                pending.clear()
+                skipping, start = False, end + 1
+            if not skipping:
+                pending += chunk[start:]
+                if len(pending) > MAX_LINE_BYTES:
+                    report.skipped_large += 1
+                    pending.clear()
+                    skipping = True
+            if over:
+                report.truncate(path, OVER_WHOLE)
+                return ops, total, head  # the cut last line is not fed: it is incomplete
+        if pending and not skipping:
+            ops.extend(parser.feed_line(bytes(pending)))
+        return ops, total, head
 
     # -- appended files ---------------------------------------------------------
 
@@ -384,6 +428,7 @@ class TranscriptIngester:
             counters[name] = (base.get(name) or 0) + now
             setattr(report, name, now)
         report.skipped_too_deep = parser.stats.skipped_too_deep  # in skipped_malformed
+        report.decoded_with_replacement = parser.stats.decoded_with_replacement
         records = self.store.db.execute(
             "select count(*) from documents where source = ? and source_kind = 'transcript'",
             [source]).fetchone()[0]
@@ -422,6 +467,24 @@ class TranscriptIngester:
                 root = None
             self._scope_cache[cwd] = root or os.path.normpath(cwd)
         return self._scope_cache[cwd]
+
+
+def _read_capped(path, f) -> bytes | None:
+    """The whole (decompressed) file ``f``, or None when it is over ``MAX_WHOLE_BYTES``:
+    a whole-JSON document cut short does not parse. Holds at most the cap (plus a chunk)."""
+    f.seek(0)
+    if f.read(4) != ZSTD_MAGIC:
+        f.seek(0)
+        data = f.read(MAX_WHOLE_BYTES + 1)
+        return data if len(data) <= MAX_WHOLE_BYTES else None
+    f.seek(0)
+    chunks, total = [], 0
+    for chunk in iter_decompressed(f, path):
+        total += len(chunk)
+        if total > MAX_WHOLE_BYTES:
+            return None  # the chunks go with the frame: a bomb's peak is the cap
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _next_newline(f, start: int) -> int | None:
@@ -483,15 +546,17 @@ TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".zst", ".traj", ".md")
 EMPTY_FOLDER = "a folder with no transcript files"  # a ``refused`` reason, as walk's
 
 
-def iter_transcript_files(paths, report: TranscriptReport | None = None):
+def iter_transcript_files(paths, report: TranscriptReport | None = None, *,
+                          warn_given: bool = True):
     """Files given, plus the candidate files under folders given (sorted, no symlinks
     followed); candidates are those with a transcript-like suffix.
 
     Not yielded, and with ``report`` counted in ``report.refused`` by reason (plus one
     warning per path given, since the user named it): a path given that is neither a
     file nor a folder (a FIFO, a socket), a folder given that holds no candidate, and
-    candidates under folders that are symbolic links or not regular files."""
-    warn = log.warning if report is not None else log.debug
+    candidates under folders that are symbolic links or not regular files.
+    ``warn_given=False`` (a watcher's event, not a user's word): counted, not warned."""
+    warn = log.warning if report is not None and warn_given else log.debug
     report = report if report is not None else TranscriptReport()
     for p in paths:
         p = Path(p)

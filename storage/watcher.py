@@ -237,7 +237,9 @@ class HistoryWatcher:
             batch.repo_paths += len(rels)
         for f, scope in transcript_files.items():
             path = Path(f)
-            files = list(iter_transcript_files([path])) if path.is_dir() else [path]
+            # Refusals under a folder are counted in the batch, as the initial scan's are.
+            files = (list(iter_transcript_files([path], batch.transcripts, warn_given=False))
+                     if path.is_dir() else [path])
             for tf in files:
                 try:  # a link is followed only where the user named it
                     batch.transcripts.add(self.ingester.ingest(

@@ -25,6 +25,7 @@ from pathlib import Path
 from assistd.ground.errors import InputError
 from assistd.ground.languages import language_id
 from storage.ingest import iter_transcript_files
+from storage.walk import NOT_REGULAR, Refused
 from storage.transcripts import (
     ASSISTANT, HEAD_BYTES, MODEL_KINDS, TranscriptError, apply_ops, detect_format, open_bytes,
     parse_all, parser_for,
@@ -85,12 +86,13 @@ def _turn_language(kind: str, language: str | None) -> str:
 
 def transcript_session(path: Path, fmt: str | None = None) -> Session:
     """One transcript file as a session. Raises :class:`InputError` when the file is
-    missing or unreadable, its format unknown, or it does not parse at all."""
+    missing, not a regular file (a FIFO, a socket, a device: never opened to wait on) or
+    unreadable, its format unknown, or it does not parse at all."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"file not found: {path}")
     if not path.is_file():
-        raise InputError(f"not a file: {path}")
+        raise InputError(_not_regular(path))
     try:
         fmt = fmt or detect_format(path, open_bytes(path, max_bytes=HEAD_BYTES))
         if fmt is None:
@@ -103,12 +105,19 @@ def transcript_session(path: Path, fmt: str | None = None) -> Session:
         records = apply_ops(parse_all(parser, open_bytes(path)))
     except TranscriptError as e:
         raise InputError(f"{path}: {e}") from None
+    except Refused as e:  # swapped for a FIFO (or the like) since the check above
+        raise InputError(_not_regular(path) if e.reason == NOT_REGULAR else str(e)) from None
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror or e}") from None
     turns = [Turn(r.kind, r.text, r.kind in MODEL_KINDS,
                   _turn_language(r.kind, r.language_id) if r.kind in MODEL_KINDS else None)
              for r in records.values()]
     return Session(name=str(path), source=fmt, turns=turns)
+
+
+def _not_regular(path: Path) -> str:
+    kind = "a folder" if path.is_dir() else "a FIFO, socket or device"
+    return f"{path}: {NOT_REGULAR} ({kind}); pass a transcript file or a folder of them"
 
 
 def transcript_sessions(paths: Iterable[Path], report: InputReport) -> list[Session]:
@@ -120,6 +129,8 @@ def transcript_sessions(paths: Iterable[Path], report: InputReport) -> list[Sess
         given = Path(given)
         if not given.exists():
             raise InputError(f"file not found: {given}")
+        if not given.is_dir() and not given.is_file():  # named by the user: say so, not skip
+            raise InputError(_not_regular(given))
         for path in iter_transcript_files([given]):
             fmt = None
             if given.is_dir():

@@ -384,7 +384,9 @@ class WatcherThread:
             def on_batch(batch):
                 self.batches += 1
                 self.last_batch = {"events": batch.events, "tokenized": batch.tokenized,
-                                   "at": round(time.time(), 3)}
+                                   "at": round(time.time(), 3),  # skips as initial_scan's:
+                                   "repositories": [r.as_dict() for r in batch.repos],
+                                   "transcripts": batch.transcripts.as_dict()}
                 if batch.tokenized:
                     enforce_budget(store, budget, protect, batch.started_utc)
 

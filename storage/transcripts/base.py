@@ -51,6 +51,19 @@ class TranscriptError(InputError):
     """A transcript file cannot be parsed at all (individual bad entries are only counted)."""
 
 
+class WrongType(TypeError):
+    """A tool call's input (or a field of it) of the wrong JSON type: null, a number or a
+    list where an object or a string belongs. The call is skipped and counted as
+    malformed, never stored as the text ``null`` or ``7``."""
+
+
+def expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    """``value`` if it is an instance of ``kind``, else :class:`WrongType` naming ``what``."""
+    if not isinstance(value, kind):
+        raise WrongType(f"{what} is {type(value).__name__}")
+    return value
+
+
 log = logging.getLogger("assistd.transcripts")
 
 # What a parser's code may raise on a record of an unexpected shape (a list where a
@@ -81,14 +94,28 @@ def loads(text: str | bytes) -> Any:
     return jsonlimits.loads(text, MAX_JSON_DEPTH)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def clean_text(text: str) -> str:
     """``text`` without lone surrogates (JSON's ``"\\ud800"`` decodes to one, and no UTF-8
-    encoder takes it): each becomes U+FFFD."""
+    encoder takes it): each becomes ONE U+FFFD (json.loads already joins valid pairs).
+
+    >>> clean_text("a\\ud800b") == "a\\ufffdb"
+    True
+    """
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def decode_line(line: bytes, stats: "ParseStats") -> str:
+    """``line`` decoded as UTF-8, invalid bytes as U+FFFD (counted in
+    ``stats.decoded_with_replacement``, once per line or document)."""
     try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.decoded_with_replacement += 1
+        return line.decode("utf-8", errors="replace")
+
 
 @dataclass(frozen=True)
 class Put:
@@ -130,6 +157,7 @@ class ParseStats:
     skipped_unknown: int = 0    # record types this parser does not know
     skipped_duplicate: int = 0  # text already emitted for the same record
     dropped_blobs: int = 0      # images, signatures, encrypted reasoning, originalFile, ...
+    decoded_with_replacement: int = 0  # lines (whole files) not valid UTF-8, read with U+FFFD
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -203,7 +231,7 @@ class LineParser(_Parser):
     def feed_line(self, line: bytes) -> list[Op]:
         """Ops for ONE complete line (without its newline). Never raises on bad input."""
         self.stats.lines += 1
-        text = line.decode("utf-8", errors="replace").rstrip("\r")
+        text = decode_line(line, self.stats).rstrip("\r")
         try:
             return self._count(self._feed(text))
         except BAD_RECORD as e:
@@ -265,7 +293,7 @@ class WholeParser(_Parser):
         raise NotImplementedError
 
     def _load(self, data: bytes) -> Any:
-        text, pruned = prune_deep(data.decode("utf-8", errors="replace"))
+        text, pruned = prune_deep(decode_line(data, self.stats))
         if pruned:
             self._too_deep(pruned)
         try:

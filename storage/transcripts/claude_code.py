@@ -33,7 +33,7 @@ import re
 
 from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Append, Head, LineParser, Op, Put,
-    json_text, register, remember, shown_text, text_hash,
+    WrongType, expect, json_text, register, remember, shown_text, text_hash,
 )
 from assistd.ground.languages import language_id
 
@@ -46,28 +46,30 @@ BLOB_BLOCKS = frozenset({"image", "document", "redacted_thinking"})
 MAX_MESSAGES = 64  # message ids remembered for grouping/dedup (responses are contiguous)
 
 
+# The field holding the file text each editing tool writes (a string when present).
+TEXT_FIELDS = {"Edit": "new_string", "Write": "content", "NotebookEdit": "new_source"}
+
+
 def render_tool_use(name: str, tool_input) -> tuple[str, str | None]:
-    """(text, language_id) of one tool call's input.
+    """(text, language_id) of one tool call's input. Raises :class:`WrongType` when the
+    input is not an object or an editing tool's text field is not a string.
 
     >>> render_tool_use("Write", {"file_path": "a/b.py", "content": "x = 1\\n"})
     ('x = 1\\n', 'python')
     >>> render_tool_use("Bash", {"command": "ls"})
     ('{"command": "ls"}', None)
     """
-    if not isinstance(tool_input, dict):
-        return json_text(tool_input), None
+    expect(tool_input, dict, f"the input of {name or 'a tool call'}")
     path = tool_input.get("file_path")
     lang = language_id(path) if isinstance(path, str) and path else None
-    if name == "Edit" and isinstance(tool_input.get("new_string"), str):
-        return tool_input["new_string"], lang
-    if name == "MultiEdit" and isinstance(tool_input.get("edits"), list):
-        parts = [e["new_string"] for e in tool_input["edits"]
-                 if isinstance(e, dict) and isinstance(e.get("new_string"), str)]
-        return "\n".join(parts), lang
-    if name == "Write" and isinstance(tool_input.get("content"), str):
-        return tool_input["content"], lang
-    if name == "NotebookEdit" and isinstance(tool_input.get("new_source"), str):
-        return tool_input["new_source"], None
+    field = TEXT_FIELDS.get(name)
+    if field in tool_input:
+        text = expect(tool_input[field], str, f"{name}'s {field}")
+        return text, None if name == "NotebookEdit" else lang
+    if name == "MultiEdit" and "edits" in tool_input:
+        edits = expect(tool_input["edits"], list, "MultiEdit's edits")
+        return "\n".join(expect(expect(e, dict, "a MultiEdit edit").get("new_string"), str,
+                                "a MultiEdit new_string") for e in edits), lang
     return json_text(tool_input), None
 
 
@@ -144,7 +146,11 @@ class ClaudeCodeParser(LineParser):
                     state["text"] = True
             elif btype in ("tool_use", "server_tool_use"):
                 tool_id = block.get("id") or f"line{self.line_no}.{i}"
-                text, lang = render_tool_use(str(block.get("name", "")), block.get("input"))
+                try:
+                    text, lang = render_tool_use(str(block.get("name", "")), block.get("input"))
+                except WrongType as e:  # this call only: the line's other blocks stay
+                    self._bad_record(e)
+                    continue
                 if not text.strip() or self._seen(state, text_hash("tool", str(tool_id), text)):
                     continue
                 ops.append(Put(f"{msg_id}/{tool_id}", text, TOOL_INPUT, cwd, lang))

@@ -31,8 +31,8 @@ import re
 import shlex
 
 from storage.transcripts.base import (
-    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, LineParser, Op, Put, loads,
-    register, remember, shown_text, text_hash,
+    ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, LineParser, Op, Put, expect,
+    loads, register, remember, shown_text, text_hash,
 )
 
 KNOWN_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
@@ -66,12 +66,16 @@ def render_command(cmd) -> str | None:
 
 
 def render_function_call(name: str, arguments) -> tuple[str, str | None]:
-    """(text, language_id) of a function call's ``arguments`` string."""
+    """(text, language_id) of a function call's ``arguments`` (a JSON object, or a string
+    holding one or free text). Raises :class:`WrongType` for any other JSON value (null,
+    a number, a list), given as such or inside the string."""
+    expect(arguments, (str, dict), f"the arguments of {name or 'a function call'}")
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     try:
         args = loads(raw)
     except ValueError:  # TooDeep included
         return raw, None
+    expect(args, dict, f"the arguments of {name or 'a function call'}")
     if isinstance(args, dict):
         command = render_command(args.get("cmd", args.get("command")))
         if command is not None:

@@ -31,21 +31,28 @@ HEAD_BYTES = 64 * 1024
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def _decompress(raw: io.BufferedIOBase, max_bytes: int | None, path: Path) -> bytes:
+def iter_decompressed(raw: BinaryIO, path: Path, chunk_bytes: int = 1 << 20):
+    """The zstd stream ``raw`` decompressed, in chunks of at most ``chunk_bytes``; a caller
+    that stops iterating stops the decompression (a 48 KB bomb of 4 GB costs one chunk).
+    Raises TranscriptError when the stream is damaged (or still being written)."""
     # Streaming: Codex archives may lack the frame content size, and may hold several frames.
-    out = bytearray()
     try:
         with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True,
                                                            closefd=False) as reader:
-            while max_bytes is None or len(out) < max_bytes:
-                chunk = reader.read(1 << 20)
-                if not chunk:
-                    break
-                out += chunk
+            while chunk := reader.read(chunk_bytes):
+                yield chunk
     except zstandard.ZstdError as e:
         raise TranscriptError(f"cannot decompress {path} ({e}); the archive is damaged "
                               "or still being written") from None
-    return bytes(out if max_bytes is None else out[:max_bytes])
+
+
+def _decompress(raw: BinaryIO, max_bytes: int | None, path: Path) -> bytes:
+    out = bytearray()
+    for chunk in iter_decompressed(raw, path):
+        out += chunk if max_bytes is None else chunk[:max_bytes - len(out)]
+        if max_bytes is not None and len(out) >= max_bytes:
+            break  # never more than max_bytes held, however far the stream goes
+    return bytes(out)
 
 
 def open_bytes(path: str | Path, max_bytes: int | None = None, *,

@@ -31,7 +31,8 @@ from collections.abc import Iterable
 
 from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, LineParser, Op, ParseStats, Put,
-    Rewind, TranscriptError, WholeParser, json_text, register, remember, shown_text, text_hash,
+    Rewind, TranscriptError, WholeParser, WrongType, expect, json_text, register, remember,
+    shown_text, text_hash,
 )
 from assistd.ground.languages import language_id
 
@@ -42,18 +43,20 @@ MAX_KEYS = 512       # record keys remembered for last-write-wins dedup
 
 
 def render_tool_call(name: str, args) -> tuple[str, str | None]:
-    """(text, language_id) of one tool call's ``args``.
+    """(text, language_id) of one tool call's ``args``. Raises :class:`WrongType` when
+    ``args`` is not an object or an edit's text is not a string.
 
     >>> render_tool_call("replace", {"file_path": "a.ts", "old_string": "x", "new_string": "y"})
     ('y', 'typescript')
     >>> render_tool_call("read_file", {"file_path": "a.ts"})
     ('{"file_path": "a.ts"}', None)
     """
-    if isinstance(args, dict):
-        field = EDIT_FIELDS.get(name)
-        if field and isinstance(args.get(field), str):
-            path = args.get("file_path")
-            return args[field], language_id(path) if isinstance(path, str) and path else None
+    expect(args, dict, f"the args of {name or 'a tool call'}")
+    field = EDIT_FIELDS.get(name)
+    if field in args:
+        path = args.get("file_path")
+        return (expect(args[field], str, f"{name}'s {field}"),
+                language_id(path) if isinstance(path, str) and path else None)
     return json_text(args), None
 
 
@@ -111,7 +114,11 @@ def message_puts(msg: dict, stats: ParseStats, shown: bool = False) -> list[Put]
     if text.strip():
         puts.append(Put(msg_id, text, ASSISTANT, None))
     for call_id, (name, args) in calls.items():
-        call_text, lang = render_tool_call(name, args)
+        try:
+            call_text, lang = render_tool_call(name, args)
+        except WrongType:  # this call only: the message's other records stay
+            stats.skipped_malformed += 1
+            continue
         if call_text.strip():
             puts.append(Put(f"{msg_id}/{call_id}", call_text, TOOL_INPUT, None, lang))
     for i, tc in enumerate(tool_calls if shown and isinstance(tool_calls, list) else []):

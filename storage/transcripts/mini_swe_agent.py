@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, ParseStats, Put, TranscriptError,
-    WholeParser, register,
+    WholeParser, WrongType, register,
 )
 
 # Context turns (a parser's ``context_turns``): the kind of a non-model chat role.
@@ -58,7 +58,11 @@ def tool_call_puts(prefix: str, calls, cwd: str | None, stats: ParseStats) -> li
         if not isinstance(fn, dict):
             stats.skipped_malformed += 1
             continue
-        text, lang = render_function_call(str(fn.get("name", "")), fn.get("arguments", ""))
+        try:
+            text, lang = render_function_call(str(fn.get("name", "")), fn.get("arguments", ""))
+        except WrongType:  # this call only
+            stats.skipped_malformed += 1
+            continue
         if text.strip():
             puts.append(Put(f"{prefix}/{call.get('id') or j}", text, TOOL_INPUT, cwd, lang))
     return puts

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 from storage.transcripts.base import (
     ASSISTANT, SYSTEM, TOOL_INPUT, TOOL_RESULT, USER, Head, Put, TranscriptError, WholeParser,
-    json_text, loads, register, shown_text,
+    expect, json_text, loads, register, shown_text,
 )
 from assistd.ground.languages import language_id
 
@@ -151,7 +151,7 @@ class OpenHandsParser(WholeParser):
         elif action == "browse_interactive":
             text = _first_str(args, ("browser_actions",))
         elif action in ("call_tool_mcp", "mcp") and args.get("arguments") is not None:
-            text = json_text(args["arguments"])
+            text = json_text(expect(args["arguments"], dict, "an MCP call's arguments"))
         if text:
             puts.append(Put(key, text, TOOL_INPUT, None, lang))
         return puts

@@ -23,7 +23,9 @@ from assistd.measure.replay import (
     metrics, modeled_speedup, per_position, replay_proposer, replay_report, tokens_per_call,
     walk_turn,
 )
-from assistd.measure.replay_inputs import InputReport, git_sessions, transcript_session
+from assistd.measure.replay_inputs import (
+    InputReport, git_sessions, transcript_session, transcript_sessions,
+)
 from proposers import Draft, Proposer, make_proposer
 from proposers.peers import cut_at_eos, earliest_lookup
 from storage.transcripts import (
@@ -477,6 +479,20 @@ def test_cli_git(three_commits):
     out = json.loads(r.stdout)
     assert out["inputs"]["git_commits"] == 2 and out["inputs"]["git_files"] == 2
     assert out["proposers"]["ngram"]["accepted_tokens"] > 0
+
+
+def test_a_fifo_given_by_name_is_said_to_be_no_regular_file(tmp_path):
+    """Issue 21: `replay tx/fifo.jsonl` said "no transcript found in the folders given;
+    pass the files by name" although it was passed by name. Never opened (a read would
+    wait for a writer): the subprocess's timeout guards against a hang."""
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="fifo.jsonl: not a regular file"):
+        transcript_sessions([fifo], InputReport())
+    with pytest.raises(InputError, match="not a regular file"):
+        transcript_session(fifo)
+    one_line_error(assistd("replay", fifo, "--proposer", "ngram"), str(fifo),
+                   "not a regular file", "FIFO")
 
 
 def test_cli_bad_inputs_are_one_line_exit_2(tmp_path):

@@ -255,8 +255,9 @@ def test_oversized_records_lines_and_archives_are_skipped_and_counted(store, tmp
             + json.dumps({"role": "assistant", "content": "x" * 200_000}) + "\n")
     bomb.write_bytes(zstandard.ZstdCompressor().compress(line.encode()))
     assert bomb.stat().st_size < 2000
-    r = ing.ingest(bomb)
-    assert r.skipped_large == 1 and texts(store) == ["small before", "small after"]
+    r = ing.ingest(bomb)  # read as if cut at the cap: the record before it is kept
+    assert r.skipped_large == 1 and r.truncated == {ingest_mod.OVER_WHOLE: 1}
+    assert sorted(texts(store)) == ["hi", "small after", "small before"]
 
 
 def test_gemini_sessions_join_the_repository_whose_root_they_hash(store, tmp_path):

@@ -273,7 +273,8 @@ def test_claude_groups_a_response_split_over_lines():
     assert "msg_S" not in records  # <synthetic> client notice, not model output
     assert parser.stats.as_dict() == {"lines": 15, "records": 6, "skipped_malformed": 1,
                                       "skipped_too_deep": 0,
-                                      "skipped_unknown": 1, "skipped_duplicate": 1, "dropped_blobs": 2}
+                                      "skipped_unknown": 1, "skipped_duplicate": 1, "dropped_blobs": 2,
+                                      "decoded_with_replacement": 0}
 
 
 def test_claude_duplicate_text_emits_nothing():
@@ -298,7 +299,8 @@ def test_codex_commands_patches_and_cwd():
     ]
     assert parser.stats.as_dict() == {"lines": 15, "records": 5, "skipped_malformed": 1,
                                       "skipped_too_deep": 0,
-                                      "skipped_unknown": 1, "skipped_duplicate": 1, "dropped_blobs": 1}
+                                      "skipped_unknown": 1, "skipped_duplicate": 1, "dropped_blobs": 1,
+                                      "decoded_with_replacement": 0}
 
 
 def test_gemini_set_updates_last_write_wins():
@@ -327,7 +329,8 @@ def test_gemini_rewind_drops_target_and_later_records():
         "m4": "Here is another answer.", "m5": "Compressed summary reply."}
     assert parser.stats.as_dict() == {"lines": 18, "records": 8, "skipped_malformed": 1,
                                       "skipped_too_deep": 0,
-                                      "skipped_unknown": 2, "skipped_duplicate": 4, "dropped_blobs": 1}
+                                      "skipped_unknown": 2, "skipped_duplicate": 4, "dropped_blobs": 1,
+                                      "decoded_with_replacement": 0}
 
 
 def test_gemini_rewind_to_model_message_and_unknown_id():
@@ -577,5 +580,5 @@ def test_poison_lines_lose_no_good_record_of_their_file(tmp_path, store):
     report = TranscriptIngester(store, lambda s: [ord(c) % 1000 for c in s], "fp").ingest(path)
     texts = sorted(r[0] for r in store.db.execute(
         "select text from documents where source = ?", [str(path)]).fetchall())
-    assert texts == sorted([f"good answer {i}" for i in range(3)] + ["lone \ufffd\ufffd\ufffd surrogate"])
+    assert texts == sorted([f"good answer {i}" for i in range(3)] + ["lone \ufffd surrogate"])
     assert report.skipped_malformed == 2 and report.files == 1
