@@ -64,6 +64,12 @@ the one naming it, configuration in fenced code blocks; see :func:`rescan_secret
                     (scanned), changed (documents with new redactions), redactions
                     (values replaced), kinds (JSON: secret type -> count), failed
                     (documents the filter failed on, left as they were)
+
+``m006_rescan_secrets_headers_prose`` (no schema change) re-scans with the rules of issue 21's
+second break-it run: HTTP ``Authorization``/API-key headers, passwords in prose, values echoed
+into ``--password-stdin`` logins, Azure SAS signatures and account keys, presigned URL
+signatures, webhook URLs (Discord, Slack, Teams), Telegram bot URLs; its row in
+``secret_rescans`` counts what they found.
 """
 
 import json
@@ -189,6 +195,11 @@ def m005_rescan_secrets(db: sqlite_utils.Database) -> None:
         pk="name", if_not_exists=True,
     )
     rescan_secrets(db, "m005_rescan_secrets")
+
+
+@migration
+def m006_rescan_secrets_headers_prose(db: sqlite_utils.Database) -> None:
+    rescan_secrets(db, "m006_rescan_secrets_headers_prose")
 
 
 RESCAN_MARK = "rescanned"  # a content_hash no sha256 hex equals: the source is read again

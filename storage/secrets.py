@@ -42,7 +42,18 @@ Pipeline (offsets are UTF-8 byte offsets, ``surrogatepass``, so lone surrogates 
    ``MYSQL_PWD=``), a key or password alone on the line after the one naming it ("AWS secret
    access key:\n<40 characters>"), and configuration in fenced code blocks (```yaml, or an
    untagged block of ``key: value`` lines), read with the keyword plugin's rules for that file
-   type. References and placeholders (``$VAR``, ``<token>``, ``PASSWORD`` metavars) stay.
+   type. From the second break-it run (:data:`_GATED_RULES`): ``Authorization``/
+   ``Proxy-Authorization`` headers (``Basic``, ``Bearer``, ``token``, ... schemes; raw, in
+   ``curl -H`` or in a dict) and API-key headers (``X-Api-Key``, ``X-Auth-Token``, ...);
+   passwords in prose ("my password for the box is PW", "Password: PW", "the token is PW",
+   "passphrase: PW"; the value must look like a token: :func:`_prose_secret`); a value echoed
+   or printed into ``--password-stdin``/``--passwd-stdin``/``--with-token``/``passwd --stdin``
+   (docker, podman, buildah, helm, gh), or given to them with ``<<<``, and ``echo user:PW |
+   chpasswd``; Azure SAS ``sig=`` (with other SAS fields on its line), ``AccountKey=``/
+   ``SharedAccessKey=``, AWS/GCS presigned ``X-Amz-Signature``/``X-Goog-Signature``/
+   ``X-Amz-Security-Token``; webhook URLs (Discord, Slack workflows/triggers, Teams) and
+   Telegram bot API URLs. References and placeholders (``$VAR``, ``<token>``, ``PASSWORD``
+   metavars) stay.
 
 What detect-secrets alone misses or gets wrong, and what this module does about it:
 
@@ -71,6 +82,8 @@ What detect-secrets alone misses or gets wrong, and what this module does about 
   make a value safe to keep in assistd's history.
 * ``BEGIN ENCRYPTED PRIVATE KEY`` (PKCS#8) is not in the private-key plugin's list; every
   ``BEGIN ... PRIVATE KEY`` block (and PuTTY key file) is redacted.
+* ``AzureStorageKeyDetector`` reports ``AccountKey=<key>`` as the value, ``SlackDetector`` the
+  whole webhook URL: the name and the host are cut off, so they stay on the line.
 * ``IPPublicDetector`` is not run: the default ``is_not_alphanumeric_string`` filter drops every
   IPv4 value (no letter), so detect-secrets keeps public IPs too.
 
@@ -78,10 +91,13 @@ Still missed (no plugin or no context for them): low-entropy passwords in unquot
 ``password = value`` lines, and YAML ``password: plainword`` values without a digit or symbol
 outside a fenced block, of unknown file type (pass ``filename="x.ini"``/``"x.yaml"`` to get
 them), ``.netrc``/``.pgpass`` lines, a plain lowercase word after a space-separated ``--password``
-flag (read as prose: "--password requires --user"), and formats no rule knows.
+flag (read as prose: "--password requires --user"), a password in prose that is a plain word or
+a CamelCase name ("the password is sunshine", "... is HttpServer"), a header value of one
+character class (``Bearer abcdefghijklmnop``), and formats no rule knows.
 
 Throughput (``benchmarks/secrets_throughput.py``, one core of this machine, CPython 3.11;
-``--baseline e5ba8f5`` times the filter before issue 21's rules in the same run):
+``--baseline e5ba8f5`` times the filter before issue 21's rules in the same run; the machine is
+shared, so compare figures of one run only):
 
 =========================================  =========  =====================================
 corpus                                     MB/s       how
@@ -92,11 +108,16 @@ site-packages ``*.py`` (231 MB)            30 (40)    ``redact`` (prefilter); (b
 same subset                                0.1-0.3    detect-secrets' own line scan, no replace
 =========================================  =========  =====================================
 
+The header, prose, stdin, signed-URL and webhook rules (``--baseline 207c979``, the commit
+before them) cost about a fifth on the stdlib (23.0 MB/s, 29.5 before, one run) and nothing
+measurable on site-packages (22.7, 22.0): 14 ``str.find`` gates, ~1.5 ms per MB each.
+
 False positives, all counted in ``count``: 11.74 redactions per MB of stdlib, 11.70 before issue
 21's rules (hex digests in hashlib/hmac tests 10.0, base64 test vectors 0.7, keyword 0.7,
 ``user:pass@`` URLs 0.3, a token alone after a line naming it 0.03: the example in
 ``secrets.py``'s docstring); 3.58 per MB of site-packages, 3.76 before (a ``--password options``
-in pip's docs no longer becomes a value replaced in every ``rev_options``).
+in pip's docs no longer becomes a value replaced in every ``rev_options``). The header and
+prose rules add none on either corpus.
 
 No secret value is ever logged or put in an exception message by this module.
 """
@@ -371,6 +392,170 @@ def _extra_spans(text: str) -> list[tuple[int, int, str, str]]:
                         and text[m.start(g) - 1] in " \t":
                     continue  # prose: "--password requires --user"
                 if _plausible_password(value) and m.span(g) not in seen:
+                    seen.add(m.span(g))
+                    out.append((m.start(g), m.end(g), kind, value))
+    out.extend(_gated_spans(text))
+    return out
+
+
+# Secrets in HTTP headers, prose, piped logins, signed URLs and webhook URLs (issue 21, second
+# break-it run: all were stored in full). Each rule has gate literals, looked for in the
+# ASCII-lowered text (``str.find``: C speed); the rule's regex (case-insensitive) runs on the
+# lines that hold a gate only. The value is the rule's first group that matched; ``check``
+# decides whether it is a literal secret. Gitleaks' and trufflehog's rules for these formats
+# were the reference.
+_HDR_V = r"""([A-Za-z0-9+/=._~-]{8,}|\[REDACTED\])"""
+_WORD_V = r"""\\*['"`]?([^\s'"`()\[\]{}<>,;|&\\]{4,}|\[REDACTED\])"""
+
+
+def _header_secret(value: str) -> bool:
+    """A header's credentials: letters with digits, or three character classes; not a word,
+    a metavar or a name in code (``NotRequired``, ``self.api_key``).
+
+    >>> [_header_secret(v) for v in ("dXNlcjpQdzEyMw==", "NotRequired", "self.api_key")]
+    [True, False, False]
+    """
+    if not _plausible_password(value) or _IDENTIFIER.fullmatch(value) \
+            or _CODE_NAME.fullmatch(value):
+        return False
+    has_alpha = any(c.isalpha() for c in value)
+    return (has_alpha and any(c.isdigit() for c in value)) or _classes(value) >= 3
+
+
+def _prose_secret(value: str) -> bool:
+    """A password written in a sentence: token-looking, not an English word or code.
+
+    A digit with letters, or a symbol other than ``._-`` (``Tr0ub4dor&3``), or camel humps
+    of random letters (``StagePwOILYUpNj``, not ``SecretStr``, ``HTTPServer`` or
+    ``HttpBasicAuthHandler``); never an identifier (``self._password``, ``snake_case``), a path, a
+    reference or a metavar.
+
+    >>> [_prose_secret(v) for v in ("StagePwOILYUpNj", "ColonPwXyz123", "required", "None",
+    ...                             "SecretStr", "self._password", "HttpBasicAuthHandler",
+    ...                             "HTTPServer")]
+    [True, True, False, False, False, False, False, False]
+    """
+    if (len(value) < 6 or not _plausible_password(value) or value[0] in "/.~#"
+            or "://" in value or _IDENTIFIER.fullmatch(value) or _CODE_NAME.fullmatch(value)):
+        return False
+    has_alpha = any(c.isalpha() for c in value)
+    if has_alpha and any(c.isdigit() for c in value):
+        return True
+    if any(not c.isalnum() and c not in "._-/" for c in value[1:-1]):
+        return any(c.isupper() for c in value)  # "Tr0ub&dor" yes, "and/or" or "a+b" no
+    # Random letters change case often and never spell long lowercase runs; CamelCase names
+    # (HttpBasicAuthHandler, HTTPServer) have few humps for their length, or long runs.
+    humps = sum(1 for c in value[1:] if c.isupper())
+    return (humps >= 3 and humps * 4 >= len(value)
+            and max(map(len, _LOWER_RUN.findall(value)), default=0) <= 4)
+
+
+_CODE_NAME = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+|_\w+|\w+_")  # attr.path, _x
+_LOWER_RUN = re.compile(r"[a-z]+")
+
+
+def _classes(value: str) -> int:
+    return (any(c.islower() for c in value) + any(c.isupper() for c in value)
+            + any(c.isdigit() for c in value) + any(not c.isalnum() for c in value))
+
+
+# A word between the key and its "is" ("my password for the staging box is"), not one that
+# starts another clause ("token by mistral-common and is encoded").
+_PROSE_WORD = r"(?!(?:and|or|but|if|then|which|that|when|while|because|so)\b)[A-Za-z][\w'-]*"
+_PROSE_KEY = (r"(?:password|passwd|passphrase|passcode|pass[ \t]+phrase|pwd|token|secret"
+              r"|api[ \t]+key)")
+_GATED_RULES: tuple[tuple[tuple[str, ...], str, str, object], ...] = (
+    # Authorization / Proxy-Authorization headers, raw, in curl -H "...", or in a dict
+    # ("Authorization": "Basic ..."): the credentials after the scheme.
+    (("authorization",), "HTTP Authorization Header",
+     r"\b(?:proxy-)?authorization\\?['\"]?[ \t]*[:=][ \t]*\\?['\"]?[ \t]*"
+     r"(?:basic|bearer|token|digest|negotiate|ntlm|apikey|api-key|key|sso-key|otp)[ \t]+"
+     + _HDR_V, _header_secret),
+    # API-key headers: X-Api-Key, Api-Key, X-Auth-Token, X-Access-Token, X-API-Token, ...
+    (("api", "token"), "HTTP API Key Header",
+     r"(?<![\w-])(?:x-)?(?:[a-z]+-)?(?:api-?key|api-token|auth-token|access-token)"
+     r"\\?['\"]?[ \t]*:[ \t]*\\?['\"]?" + _HDR_V, _header_secret),
+    # A password or token in a sentence: "my password for the staging box is PW",
+    # "Password: PW", "the token is PW", "passphrase: PW".
+    (("pass", "pwd", "token", "secret", "api"),
+     "Password In Prose",
+     r"(?<![\w./-])" + _PROSE_KEY + r"(?:(?:[ \t]+" + _PROSE_WORD + r"){0,6}?[ \t]+(?:is|was)"
+     r"(?:[ \t]+(?:now|still|set[ \t]+to))?[ \t]*:?|[ \t]*:)(?:\*\*)?[ \t]+['\"`]?"
+     r"([^\s'\"`()\[\]{}<>,;|&\\]{5,}?[^\s'\"`()\[\]{}<>,;|&\\.:!?/]|\[REDACTED\])[.,!?:]*"
+     r"(?=['\"`]|\s|$|\\[nrt\"'])", _prose_secret),
+    # A value echoed into a login that reads it from stdin: docker/podman/buildah/helm
+    # registry login --password-stdin, gh auth login --with-token, passwd --stdin.
+    (("stdin", "token"), "Command Line Password",
+     r"\b(?:echo(?:[ \t]+-[neE]+)?|printf(?:[ \t]+\\*['\"]%s(?:\\n)?\\*['\"])?)[ \t]+" + _WORD_V
+     + r"\\*['\"`]?[ \t]*\|[ \t]*[^\n|;&]*?(?:--pass(?:word|wd)?-stdin|--with-token|--token-stdin"
+     r"|\bpasswd[ \t]+--stdin)\b", _plausible_password),
+    (("stdin", "token"), "Command Line Password",
+     r"(?:--pass(?:word|wd)?-stdin|--with-token)\b[^\n|;&]*?<<<[ \t]*" + _WORD_V,
+     _plausible_password),
+    # echo user:PW | chpasswd
+    (("pass",), "Command Line Password",
+     r"\becho[ \t]+['\"]?[\w.-]+:([^\s'\"`|;&]{4,}|\[REDACTED\])['\"]?[ \t]*\|[ \t]*"
+     r"(?:sudo[ \t]+)?chpasswd\b", _plausible_password),
+    # Signed URLs: Azure SAS (sv=...&sig=...), AWS and GCS presigned URLs, and the keys of
+    # Azure connection strings (AccountKey=, SharedAccessKey=).
+    (("sig=",), "Azure SAS Signature",
+     r"[?&;]sig=([A-Za-z0-9%+/=_-]{16,}|\[REDACTED\])", None),
+    (("signature=",), "Presigned URL Signature",
+     r"[?&]x-(?:amz|goog)-signature=([0-9a-f]{32,}|\[REDACTED\])", None),
+    (("token",), "Presigned URL Signature",
+     r"[?&]x-amz-security-token=([A-Za-z0-9%+/=_-]{16,}|\[REDACTED\])", None),
+    (("accountkey", "sharedaccess"), "Azure Connection String",
+     r"\b(?:AccountKey|SharedAccessKey)[ \t]*=[ \t]*([A-Za-z0-9+/]{16,}={0,2}|\[REDACTED\])",
+     None),
+    # Webhook URLs, whose path is the credential: Discord, Slack workflows and triggers (the
+    # plugin has services/), Microsoft Teams incoming webhooks.
+    (("hook",), "Webhook URL",
+     r"discord(?:app)?\.com/api/(?:v\d+/)?webhooks/\d+/([A-Za-z0-9_-]{30,}|\[REDACTED\])", None),
+    (("hook",), "Webhook URL",
+     r"hooks\.slack\.com/(?:workflows|triggers|services)/([A-Za-z0-9_/-]{20,}|\[REDACTED\])",
+     None),
+    (("hook",), "Webhook URL",
+     r"\.(?:webhook\.office|outlook\.office)\.com/webhook(?:b2)?/([^\s'\"`<>]{20,}|\[REDACTED\])",
+     None),
+    # Telegram bot tokens inside a bot API URL (the plugin wants the token alone).
+    (("telegram",), "Telegram Bot Token",
+     r"api\.telegram\.org/(?:file/)?bot(\d{8,10}:[A-Za-z0-9_-]{35}|\[REDACTED\])", None),
+)
+_GATED = tuple((gates, kind, re.compile(rx, re.IGNORECASE), check)
+               for gates, kind, rx, check in _GATED_RULES)
+_GATE_WORDS = tuple(sorted({gate for gates, *_ in _GATED_RULES for gate in gates}))
+# Azure SAS: a sig= is a signature only with the other SAS fields on its line.
+_SAS_FIELDS = ("sv=", "sr=", "se=", "sp=", "skn=")
+
+
+def _gated_spans(text: str) -> list[tuple[int, int, str, str]]:
+    """``(start, end, kind, value)`` of what :data:`_GATED_RULES` find in ``text``."""
+    low = text.lower()
+    if len(low) != len(text):  # a few characters lengthen when lowered: ASCII only then
+        low = text.translate(_ASCII_LOWER)
+    gate_lines: dict[str, dict[int, int]] = {}  # gate -> {line start: line end}
+    for gate in _GATE_WORDS:  # each gate looked for once: ~1 ms per MB each
+        found = gate_lines[gate] = {}
+        i = low.find(gate)
+        while i >= 0:
+            s = low.rfind("\n", 0, i) + 1
+            e = low.find("\n", i)
+            e = len(low) if e < 0 else e
+            found[s] = e
+            i = low.find(gate, e)
+    out = []
+    seen: set[tuple[int, int]] = set()
+    for gates, kind, rx, check in _GATED:
+        lines = {s: e for gate in gates for s, e in gate_lines[gate].items()}
+        for s, e in sorted(lines.items()):
+            if kind == "Azure SAS Signature" and not any(f in low[s:e] for f in _SAS_FIELDS):
+                continue
+            for m in rx.finditer(text, s, e):
+                g = next(i for i in range(1, rx.groups + 1) if m.group(i) is not None)
+                value = m.group(g)
+                if value == REDACTED or m.span(g) in seen:
+                    continue
+                if check is None or check(value):
                     seen.add(m.span(g))
                     out.append((m.start(g), m.end(g), kind, value))
     return out
@@ -1154,8 +1339,21 @@ def _own_values(plugin, view: str) -> list[str]:
 
 
 def _trim(value: str) -> str:
-    """Drop the delimiters some patterns include (Artifactory: ``(?:\\s|=|:|"|^)AKC...``)."""
-    return value.lstrip(" \t\r\n\f\v=:\"'").rstrip(" \t\r\n\f\v\"'")
+    """Drop the delimiters some patterns include (Artifactory: ``(?:\\s|=|:|"|^)AKC...``), and
+    the part of the match that is no secret (Azure's ``AccountKey=``, Slack's webhook host):
+    it stays on the line.
+
+    >>> _trim("https://hooks.slack.com/services/T1/B2/x3"), _trim("AccountKey=k==")
+    ('T1/B2/x3', 'k==')
+    """
+    value = value.lstrip(" \t\r\n\f\v=:\"'").rstrip(" \t\r\n\f\v\"'")
+    for name in _NOT_SECRET_PREFIXES:
+        if value.startswith(name) and len(value) > len(name):
+            return value[len(name):]
+    return value
+
+
+_NOT_SECRET_PREFIXES = ("AccountKey=", "https://hooks.slack.com/services/")
 
 
 def _pieces(value: str) -> list[str]:

@@ -561,6 +561,71 @@ PLANTED: dict[str, tuple[str, str]] = {
 }
 
 
+# -- issue 21, second break-it run: headers, prose, piped logins, signed and webhook URLs ----
+_B64 = ALNUM + "+/"
+
+
+def _basic(user: str) -> str:
+    return base64.b64encode(f"{user}:{_PW}{_r(6)}".encode()).decode()
+
+
+PLANTED.update({
+    # HTTP headers: raw, in curl -H, in a dict, GitHub's "token" scheme, API-key headers
+    "auth_basic": ("Authorization: Basic {v}", _basic("admin")),
+    "auth_bearer_curl": ('curl -H "Authorization: Bearer {v}" https://api.example/v1',
+                         _r(32, _TOK)),
+    "auth_token_scheme": ("curl -H 'Authorization: token {v}' https://api.github.com/user",
+                          _r(40, _HEX)),
+    "proxy_auth": ("Proxy-Authorization: Basic {v}", _basic("proxyuser")),
+    "auth_header_dict": ('headers = {{"Authorization": "Basic {v}"}}', _basic("svc")),
+    "x_api_key_curl": ('curl -H "X-Api-Key: {v}" https://api.example/v1/items', _r(32)),
+    "x_auth_token": ("X-Auth-Token: {v}", _r(24, _TOK)),
+    # a password or token in a sentence (the first: the break-it probe's own sentence)
+    "prose_password": ("my password for the staging box is {v} so use that", "StagePwOILYUpNj"),
+    "prose_password_digits": ("The new password is {v}.", _r(5) + "7" + _r(6)),
+    "prose_password_colon": ("Log in as admin. Password: {v} (rotate it monthly)",
+                             "ColonPw" + _r(5) + "9"),
+    "prose_token": ("the token is {v}, it expires on Friday", _r(20)),
+    "prose_passphrase": ("passphrase: {v}", "Pass9" + _r(8)),
+    "prose_markdown_bold": ("- **Password:** {v}", _r(7) + "4" + _r(4)),
+    "prose_api_key": ("The API key for the sandbox is `{v}`.", _r(32)),
+    # a value echoed into a login that reads it from stdin
+    "docker_password_stdin": ("echo {v} | docker login --password-stdin -u ci registry.example",
+                              _PW + "s"),
+    "podman_password_stdin": ("echo '{v}' | podman login --password-stdin -u ci quay.io",
+                              _PW + "t"),
+    "helm_password_stdin": ('printf "%s" {v} | helm registry login reg.example -u ci'
+                            " --password-stdin", _PW + "u"),
+    "gh_with_token": ("echo {v} | gh auth login --with-token", _r(40)),
+    "passwd_stdin": ("echo {v} | passwd --stdin deploy", _PW + "v"),
+    # signed URLs and connection strings
+    "azure_sas": ("https://acct.blob.core.windows.net/c/b.txt?sv=2022-11-02&ss=b&srt=o&sp=r"
+                  "&se=2026-01-01T00:00:00Z&sig={v}", _r(43, _B64) + "%3D"),
+    "azure_account_key": ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={v};"
+                          "EndpointSuffix=core.windows.net", _r(86, _B64) + "=="),
+    "azure_sas_connection": ("BlobEndpoint=https://acct.blob.core.windows.net/;"
+                             "SharedAccessSignature=sv=2022-11-02&ss=b&sp=rl&sig={v}",
+                             _r(43, _B64) + "%3D"),
+    "aws_presigned": ("https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+                      "&X-Amz-Signature={v}", _r(64, _HEX)),
+    # webhook URLs, whose path is the credential
+    "discord_webhook": ("https://discord.com/api/webhooks/1187654321098765432/{v}",
+                        _r(68, _TOK)),
+    "slack_workflow_webhook": ("https://hooks.slack.com/workflows/{v}",
+                               f"T{_r(10, UPPER_DIGITS)}/A{_r(10, UPPER_DIGITS)}/"
+                               f"{_r(18, string.digits)}/{_r(24)}"),
+    "teams_webhook": ("https://contoso.webhook.office.com/webhookb2/{v}",
+                      f"{_r(8, _HEX)}-{_r(4, _HEX)}@{_r(8, _HEX)}-{_r(4, _HEX)}/IncomingWebhook/"
+                      f"{_r(32, _HEX)}/{_r(8, _HEX)}-{_r(4, _HEX)}"),
+    "slack_services_webhook": ("curl -X POST -d @msg.json https://hooks.slack.com/services/{v}",
+                               f"T{_r(10, UPPER_DIGITS)}/B{_r(10, UPPER_DIGITS)}/{_r(24)}"),
+    "telegram_bot_token": ("TELEGRAM_BOT={v} ./notify.sh",
+                           f"{_r(10, string.digits)}:AA{_r(33, _TOK)}"),
+    "telegram_bot_url": ("curl https://api.telegram.org/bot{v}/getMe",
+                         f"{_r(10, string.digits)}:AA{_r(33, _TOK)}"),
+})
+
+
 @pytest.mark.parametrize("cls", PLANTED)
 def test_each_planted_class_is_redacted(cls):
     """Each class, alone in its setting: the value is gone, the rest of the text stays, the
@@ -603,8 +668,49 @@ def test_ordinary_code_and_references_are_left_alone(line):
     assert redact(line) == Redaction(line, 0, {}), redact(line).text
 
 
+@pytest.mark.parametrize("line", [
+    # prose that names a password or token, with no value in it
+    "the password is required\n", "Password: (optional)\n", "The token is invalid or expired.\n",
+    "the password is not set\n", "The token is NUMBER.\n", "passphrase: the one you chose\n",
+    "the secret is out\n", "my api key is required\n", "the api key is self.api_key\n",
+    ":param password: The password to use.\n", "password was changed.\n",
+    "token is tokenize.NAME\n", "the password is self._password\n", "Password: YOUR_PASSWORD\n",
+    "the token is HTTPServer\n", "The password is HttpBasicAuthHandler\n",
+    # code that only looks like prose
+    "if password is None:\n", "    password: str\n", "    secret: SecretStr\n", "token: Token\n",
+    "pwd: /home/user/project\n",
+    # headers carrying references, placeholders or built in code
+    'headers["Authorization"] = f"Bearer {token}"\n', '"Authorization": "Bearer " + token\n',
+    "Authorization: Bearer $TOKEN\n", "Authorization: Bearer <token>\n",
+    "-H 'Authorization: Bearer ${API_TOKEN}'\n", "Authorization: Basic YOUR_CREDENTIALS\n",
+    "Authorization: Bearer abcdefghijklmnop\n", "X-Api-Key: $API_KEY\n", "X-Api-Key: <your-key>\n",
+    'req.add_header("Authorization", "Basic %s" % creds)\n',
+    # logins reading a reference from stdin
+    "echo $PW | docker login --password-stdin\n",
+    'echo "$GITHUB_TOKEN" | gh auth login --with-token\n',
+    "echo ${{ secrets.REGISTRY_TOKEN }} | docker login ghcr.io --password-stdin\n",
+    "cat ~/pw.txt | docker login --password-stdin\n",
+    # URLs without a credential
+    "https://x.blob.core.windows.net/c?comp=list\n", "AccountKey=$STORAGE_KEY\n",
+    "https://discord.com/api/webhooks/{id}/{token}\n", "https://discord.com/developers/docs\n",
+    "sig = inspect.signature(f)\n",
+    # found by an early version of the rules on site-packages (huggingface_hub, openai,
+    # transformers): code and comments, not credentials
+    "        if token is False:\n", "    apiKey: NotRequired[str]\n",
+    '        return {"api-key": self.api_key}\n',
+    "# Otherwise the next token is known: re-processing it on restore continues.\n",
+    "# is not considered as a special token by mistral-common and is encoded/ decoded as text.\n",
+])
+def test_prose_headers_and_urls_without_a_value_are_left_alone(line):
+    """Negatives of the issue 21 rules for headers, prose, piped logins and URLs: English
+    words, code, references and placeholders stay as they are."""
+    assert redact(line) == Redaction(line, 0, {}), redact(line).text
+
+
 NEW_KINDS = {"Command Line Password", "Credential Assignment", "Secret After Hint",
-             "DigitalOcean Token", "Vault Token", "Anthropic API Key"}
+             "DigitalOcean Token", "Vault Token", "Anthropic API Key", "HTTP Authorization Header",
+             "HTTP API Key Header", "Password In Prose", "Azure SAS Signature",
+             "Presigned URL Signature", "Azure Connection String", "Webhook URL"}
 
 
 def test_real_stdlib_modules_about_passwords_are_not_over_redacted():
@@ -699,6 +805,9 @@ def test_no_planted_class_reaches_the_database_through_assistd_index(tmp_path, t
     assert [v for v in values if v in texts] == []
     assert [v for v in values if v in decoded] == []
     assert "def ok():" in texts and "mysql -u root -p[REDACTED] -h db.internal shop" in texts
+    assert "my password for the staging box is [REDACTED] so use that" in texts
+    assert "X-Auth-Token: [REDACTED]" in texts and "passphrase: [REDACTED]" in texts
+    assert "https://discord.com/api/webhooks/1187654321098765432/[REDACTED]" in texts
     assert "password: [REDACTED]" in decoded
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("h.db*"))
     assert [v for v in values if v.encode() in raw] == []
@@ -707,9 +816,10 @@ def test_no_planted_class_reaches_the_database_through_assistd_index(tmp_path, t
 # -- the migration: databases written before issue 21 get the new rules ---------------------
 
 
-def _old_database(db, repo, session, target, planted):
+def _old_database(db, repo, session, target, planted, migration="m005_rescan_secrets"):
     """A history as an earlier assistd left it: the new classes stored verbatim (text and
-    tokens), m005 not yet applied. Built with the store's own writes, then m005 unrecorded."""
+    tokens), ``migration`` not yet applied. Built with the store's own writes, then the
+    migration unrecorded (m005: its table dropped; a later one: its row deleted)."""
     store = HistoryStore(db)
     try:
         for rel, text in planted["repo"].items():
@@ -731,8 +841,11 @@ def _old_database(db, repo, session, target, planted):
                 c.execute("update tokenizations set token_ids = ?, num_tokens = ? where"
                           " document_id = ?", [encode_tokens(target.tokenize(raw)),
                                                len(target.tokenize(raw)), doc_id])
-            c.execute("delete from _assistd_migrations where name = 'm005_rescan_secrets'")
-            c.execute("drop table secret_rescans")
+            c.execute("delete from _assistd_migrations where name = ?", [migration])
+            if migration == "m005_rescan_secrets":
+                c.execute("drop table secret_rescans")
+            else:
+                c.execute("delete from secret_rescans where name = ?", [migration])
     finally:
         store.close()
 
@@ -802,6 +915,45 @@ def test_migration_rescans_stored_text_and_the_next_index_restores_exact_tokens(
     migrated = [(k, p.replace(str(tmp_path), ""), *rest) for k, p, *rest in content(db)]
     assert migrated == [(k, p.replace(str(tmp_path), ""), *rest) for k, p, *rest in content(fresh)]
     assert len(migrated) == 4  # three files and the transcript record, all tokenized again
+
+
+def test_m006_rescans_a_database_made_before_the_header_and_prose_rules(tmp_path, target):
+    """A history written after m005 but before the rules for headers, prose passwords and
+    piped logins (m006 unrecorded, the values stored verbatim): opening it runs m006, the
+    values are gone from text and tokens, and `history stats` reports m006's rescan."""
+    basic = _basic("admin")
+    prose = "StagePwOILYUpNj"
+    piped = "DockEcho" + _r(8) + "1"
+    files = {"notes.md": f"# Staging\n\nmy password for the staging box is {prose} so use that\n",
+             "call.sh": f'#!/bin/sh\ncurl -H "Authorization: Basic {basic}" https://ci.example\n',
+             "app.py": "def ok():\n    return 1\n"}
+    repo = make_repo(tmp_path / "repo", files).resolve()
+    session = tmp_path / "s.jsonl"
+    session.write_text(_claude_record(repo, "u1", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                       "input": {"command": f"echo {piped} | docker login --password-stdin"
+                                            " -u ci registry.example"}}]) + "\n")
+    db = tmp_path / "old.db"
+    _old_database(db, repo, session, target, {"repo": files, "transcript": piped},
+                  migration="m006_rescan_secrets_headers_prose")
+    with sqlite3.connect(db) as c:  # the old database really holds them
+        stored = "\n".join(t for (t,) in c.execute("select text from documents"))
+    assert prose in stored and basic in stored and piped in stored
+    texts, decoded = _stored(db, target)  # opening it ran m006
+    assert [v for v in (prose, basic, piped) if v in texts or v in decoded] == []
+    assert "my password for the staging box is [REDACTED] so use that" in texts
+    assert 'curl -H "Authorization: Basic [REDACTED]" https://ci.example' in texts
+    store = HistoryStore(db)
+    try:
+        rows = {r["name"]: r for r in secret_rescans(store.db)}
+    finally:
+        store.close()
+    row = rows["m006_rescan_secrets_headers_prose"]
+    assert (row["changed"], row["redactions"], row["failed"]) == (3, 3, 0)
+    # (in a .sh file the quoted base64 value is claimed by the entropy plugin first)
+    assert {"Password In Prose", "Command Line Password"} <= set(row["kinds"])
+    human = subprocess.run([sys.executable, "-m", "assistd", "history", "stats", "--db", str(db)],
+                           capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "secrets rescan (m006_rescan_secrets_headers_prose): 3 values redacted in 3 of" in human
 
 
 def test_migration_is_one_transaction_a_kill_midway_changes_nothing(tmp_path, target,
