@@ -32,7 +32,7 @@ from pygls.exceptions import (
     JsonRpcServerNotInitialized,
 )
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, default_converter
 
 from assistd import __version__
 from assistd.ground.errors import AssistdError
@@ -168,13 +168,43 @@ class _Protocol(LanguageServerProtocol):
             raise
 
 
+def _strict_int(value, type_):
+    """int, and through its subclasses bool and the IntEnums, from that JSON type only."""
+    if type_ is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{str(value)[:40]!r} is not a boolean")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{str(value)[:40]!r} is not an integer")
+    return value if type_ is int else type_(value)  # an IntEnum: its value, or ValueError
+
+
+def _strict_str(value, type_):
+    """str, and through its subclasses the string enums, from a JSON string only."""
+    if not isinstance(value, str):
+        raise ValueError(f"{str(value)[:40]!r} is not a string")
+    return value if type_ is str else type_(value)
+
+
+def strict_converter():
+    """pygls's converter, except that an LSP integer or string takes only that JSON type:
+    cattrs's default casts (a position of 1.5 or "1" was line 1, a didChange text of 7
+    replaced the document with "7"), so a wrong type is InvalidParams like any other."""
+    converter = default_converter()
+    # Class hooks: they take the subclasses too (bool, IntEnum, the str enums), which
+    # the hooks structure as cattrs would, from the right JSON type only.
+    converter.register_structure_hook(int, _strict_int)
+    converter.register_structure_hook(str, _strict_str)
+    return converter
+
+
 class AssistdServer(LanguageServer):
     """The server object: pygls's LanguageServer plus the worker and per-document jobs."""
 
     def __init__(self, settings: Settings | None = None, completer=None, worker=None):
         super().__init__("assistd", __version__,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
-                         protocol_cls=_Protocol)
+                         protocol_cls=_Protocol, converter_factory=strict_converter)
         self.settings = settings or Settings()
         self.completer = completer if completer is not None else Completer(self.settings)
         # One thread: the Target, its KV cache, SQLite and the index are single-threaded.

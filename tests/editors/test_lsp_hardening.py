@@ -168,6 +168,31 @@ def test_a_body_that_is_not_json_gets_a_parse_error_and_no_traceback(tmp_path):
     assert b"Traceback" not in r.stderr, r.stderr[-3000:]
 
 
+def test_the_server_structures_lsp_types_strictly():
+    """cattrs's default casts took a position of 1.5, "1" or true as line 1 and a didChange
+    text of 7 as the document "7" (a break-it pass); the server's converter refuses them
+    (InvalidParams), and still makes enums and booleans of the right JSON types."""
+    import cattrs
+
+    from editors.server import strict_converter
+
+    c = strict_converter()
+    for line in (1.5, "1", True, None):
+        with pytest.raises(cattrs.ClassValidationError):
+            c.structure({"line": line, "character": 0}, types.Position)
+    with pytest.raises(cattrs.ClassValidationError):
+        c.structure({"text": 7}, types.TextDocumentContentChangeWholeDocument)
+    with pytest.raises(cattrs.ClassValidationError):
+        c.structure({"configuration": 1}, types.WorkspaceClientCapabilities)
+    assert c.structure({"line": 3, "character": 4}, types.Position) == types.Position(3, 4)
+    init = c.structure({"capabilities": {"workspace": {"configuration": True}}, "trace": "off",
+                        "processId": 7}, types.InitializeParams)
+    assert init.trace is types.TraceValue.Off and init.process_id == 7
+    assert init.capabilities.workspace.configuration is True
+    ctx = c.structure({"triggerKind": 1}, types.InlineCompletionContext)
+    assert ctx.trigger_kind is types.InlineCompletionTriggerKind.Invoked
+
+
 async def _wait_exit(proc, timeout: float = 60) -> int:
     import asyncio
 
