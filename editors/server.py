@@ -36,6 +36,7 @@ from pygls.protocol import LanguageServerProtocol, default_converter
 
 from assistd import __version__
 from assistd.ground.errors import AssistdError
+from assistd.ground.process import process_alive
 from editors.completer import Completer, Request, Suggestion
 from editors.positions import PositionError, offset_at
 from editors.settings import Settings, parse_settings
@@ -291,7 +292,7 @@ class AssistdServer(LanguageServer):
         """Stop when process ``pid`` (the editor) is gone: a killed extension host never
         closes a pipe another process inherited, nor sends exit. Call it in initialize:
         a pid that is no process then is another pid namespace's (a sandboxed editor)."""
-        if not _alive(pid):
+        if not process_alive(pid):
             log.info("the client's processId %d is no process here: not watched", pid)
             return
         log.debug("watching the client's process %d", pid)
@@ -300,7 +301,7 @@ class AssistdServer(LanguageServer):
     async def _poll_client(self, pid: int) -> None:
         while True:
             await asyncio.sleep(CLIENT_POLL_S)
-            if not _alive(pid):
+            if not process_alive(pid):
                 log.info("the client's process %d is gone: ending the session", pid)
                 self.stop()
                 return
@@ -440,16 +441,6 @@ def _log_request(method: str, req: Request, s: Suggestion, ms: float) -> None:
         log.info("ledger: %s stop=%s", led.summary(), s.stop_reason)
     log.debug("%s: document %d chars, cursor at %d, %d other buffers", method,
               len(req.text), req.offset, len(req.buffers))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    return True
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, fn, *args) -> None:

@@ -16,21 +16,12 @@ from pathlib import Path
 import httpx
 
 from assistd.ground.errors import AssistdError, InputError
+from assistd.ground.process import process_alive
 
 
 log = logging.getLogger("assistd.lsp")
 
 _PROCESS_ID = re.compile(rb'"processId"\s*:\s*(\d+)')
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: alive
-        pass
-    return True
 
 
 class DaemonError(AssistdError):
@@ -148,7 +139,7 @@ def pipe_lsp(path: Path, fd_in: int, fd_out: int, *, poll_s: float = 2.0,
                         head += data
                         if m := _PROCESS_ID.search(head):  # 0: not a process here
                             client, head = int(m.group(1)), b""
-                            client = client if client > 0 and _alive(client) else 0
+                            client = client if client > 0 and process_alive(client) else 0
                     sock.sendall(data)
                 else:
                     data = sock.recv(65536)
@@ -163,7 +154,7 @@ def pipe_lsp(path: Path, fd_in: int, fd_out: int, *, poll_s: float = 2.0,
                 return
             if now - checked >= poll_s:
                 checked = now
-                if os.getppid() != parent or (client and not _alive(client)):
+                if os.getppid() != parent or (client and not process_alive(client)):
                     log.info("the editor's process is gone: ending the session")
                     return
     except OSError as e:  # the editor went away mid-write, or the daemon mid-read
