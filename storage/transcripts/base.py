@@ -126,6 +126,9 @@ class Put:
     cwd: str | None
     language_id: str | None = None
 
+    def __post_init__(self):
+        _clean_fields(self)
+
 
 @dataclass(frozen=True)
 class Append:
@@ -137,11 +140,26 @@ class Append:
     cwd: str | None
     language_id: str | None = None
 
+    def __post_init__(self):
+        _clean_fields(self)
+
+
+def _clean_fields(op) -> None:
+    """Every string of a record (its key and cwd as well as its text) without lone
+    surrogates: SQLite takes only UTF-8, and a JSON id of "\\ud800" is legal JSON."""
+    for f in ("key", "text", "cwd", "language_id"):
+        value = getattr(op, f)
+        if isinstance(value, str):
+            object.__setattr__(op, f, clean_text(value))
+
 
 @dataclass(frozen=True)
 class Rewind:
     """Drop record ``key`` and every record created after it in this file."""
     key: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "key", clean_text(self.key))
 
 
 Op = Put | Append | Rewind

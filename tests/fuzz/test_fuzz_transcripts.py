@@ -443,6 +443,28 @@ def test_ingest_tailing_in_pieces_equals_one_pass(fmt, data, tmp_path_factory):
     assert results[1] == results[0]
 
 
+@pytest.mark.parametrize("field", ["id", "cwd"])
+def test_finding_a_lone_surrogate_in_a_record_key_or_cwd_keeps_the_file(field, tmp_path):
+    """Finding 9: a codex item whose id (the record's key) was JSON's "\\ud800" raised
+    UnicodeEncodeError out of ingest at the SQLite write: the file was lost on every
+    pass. Every string of a record is now cleaned, not only its text."""
+    poison = {"timestamp": "t", "type": "response_item", "payload": {
+        "type": "message", "role": "assistant", "id": "poison-\ud800",
+        "content": [{"type": "output_text", "text": "p"}]}}
+    if field == "cwd":
+        poison = {"timestamp": "t", "type": "session_meta", "payload": {"cwd": "/x\ud800"}}
+    lines = [HEADER["codex"], GOOD_LINE["codex"](1, "good record 1 alpha"), poison,
+             GOOD_LINE["codex"](3, "good record 3 beta")]
+    f = tmp_path / "rollout.jsonl"
+    f.write_bytes(jsonl(*lines))
+    store = HistoryStore(tmp_path / "history.db")
+    try:
+        TranscriptIngester(store, lambda s: list(s.encode()), "bytes-v1").ingest(f)
+        assert_kept(["good record 1 alpha", "good record 3 beta"], [t for _, t in stored(store)])
+    finally:
+        store.close()
+
+
 # Finding 7 in fuzz_findings: a record whose cwd pathlib or the OS refuses made
 # TranscriptIngester._scope raise (RuntimeError for '~nosuchuser', OSError ENAMETOOLONG,
 # reported as 'vanished'): the pass rolled back and every good record of the file was lost.
