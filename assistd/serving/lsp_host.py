@@ -326,6 +326,7 @@ HANDSHAKE_S = 30.0  # an unauthenticated connection is dropped after this long
 MAX_HEADER = 1024  # bytes of one message's header block
 MAX_BODY = 4 << 20  # bytes of one message before authentication (initialize is ~10 KB)
 MAX_PENDING = 8  # unauthenticated connections at once
+SECOND_EDITOR_WAIT_S = 10.0  # an editor that proves itself while another is joined waits this long
 _HEADERS = (b"content-length:", b"content-type:")
 
 
@@ -432,8 +433,10 @@ class LspTcpGate:
     without the right ``token`` InvalidRequest (-32600, naming ``token_path``),
     notifications are dropped, and a connection whose bytes are not LSP framing, or
     that has not proved itself within :data:`HANDSHAKE_S`, is closed. While an editor is
-    joined, other connections are closed at once (its session goes on). ``once``: stop
-    after the first session (the in-process server lives as long as its editor).
+    joined, another that proves itself waits up to :data:`SECOND_EDITOR_WAIT_S` for it to
+    leave (a reloaded window reconnects before its old session ends), then gets
+    InvalidRequest naming the reason and is closed; the joined session goes on. ``once``:
+    stop after the first session (the in-process server lives as long as its editor).
     :meth:`bind` raises :class:`InputError` when the address cannot be bound."""
 
     def __init__(self, address: tuple[str, int], token: str, connect, *,
@@ -444,6 +447,7 @@ class LspTcpGate:
         self._busy = False  # an editor is joined
         self._pending = 0
         self._lock = threading.Lock()
+        self._free = threading.Condition(self._lock)  # notified when the editor leaves
         self._done = threading.Event()
 
     def bind(self) -> tuple[str, int]:
@@ -470,8 +474,7 @@ class LspTcpGate:
             except OSError:
                 return  # closed
             with self._lock:
-                refuse = ("an editor is connected" if self._busy else
-                          "too many unauthenticated connections"
+                refuse = ("too many unauthenticated connections"
                           if self._pending >= MAX_PENDING else None)
                 if refuse is None:
                     self._pending += 1
@@ -503,11 +506,17 @@ class LspTcpGate:
                         self._pending -= 1
                 if first is None:
                     return
-                with self._lock:
+                with self._free:
+                    # The editor before may be leaving (a reloaded window reconnects at
+                    # once, before its old session has ended): give it a moment.
+                    self._free.wait_for(lambda: not self._busy, timeout=SECOND_EDITOR_WAIT_S)
                     joined, self._busy = not self._busy, True
-                if not joined:  # another editor proved itself first
+                if not joined:  # another editor is connected: one at a time
+                    log.info("lsp --tcp: refused %s: another editor is connected", peer)
                     conn.sendall(_frame({"jsonrpc": "2.0", "id": first.get("id"), "error": {
-                        "code": -32600, "message": "another editor is connected"}}))
+                        "code": -32600, "data": {"retry": False}, "message":
+                        "assistd lsp --tcp serves one editor at a time, and another is"
+                        " connected"}}))
                     return
                 log.info("lsp --tcp: editor %s connected", peer)
                 conn.settimeout(None)
@@ -523,8 +532,9 @@ class LspTcpGate:
             log.exception("lsp --tcp: connection %s failed", peer)
         finally:
             if joined:
-                with self._lock:
+                with self._free:
                     self._busy = False
+                    self._free.notify_all()
                 if self.once:
                     self.close()
 

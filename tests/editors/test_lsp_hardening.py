@@ -342,10 +342,13 @@ def _check_gate(port: int, proc: subprocess.Popen, db: Path) -> None:
         first = _rpc(anon, 10, "initialize", _initialize(db, TOKEN, where="assistd"))
         assert first["result"]["serverInfo"]["name"] == "assistd"
         anon.sendall(_frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
-        # A second editor is refused while the first is served ...
+        # A second editor is refused while the first is served (after a wait for the
+        # first to leave), with a reason ...
         with _connect(port, proc) as second:
-            second.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                                   "params": _initialize(db, TOKEN)}))
+            second.settimeout(120)
+            refused = _rpc(second, 1, "initialize", _initialize(db, TOKEN))
+            assert refused["error"]["code"] == -32600, refused
+            assert "one editor at a time" in refused["error"]["message"]
             assert _closed(second)
         # ... and the first session survives the second's drop, and gets only its answers.
         out = _rpc(anon, 11, "textDocument/inlineCompletion", {
