@@ -604,7 +604,14 @@ def build_server(settings: Settings | None = None, completer=None,
         # Awaited, with no timeout: a shutdown right after start waits for the model
         # to finish loading, then answers null (it was a -32603 after 30 s on a busy
         # machine, with the event loop blocked meanwhile).
-        await ls.run(ls.completer.close)
+        try:
+            await ls.run(ls.completer.close)
+        except asyncio.CancelledError:
+            # The client left without waiting for the answer (Neovim's :qa!) and pygls
+            # cancelled this request: the close goes on on the engine thread, there is
+            # no one to answer, and a CancelledError out of pygls's callback would be
+            # logged by asyncio as an ERROR with a traceback.
+            log.debug("the client left before the shutdown reply")
 
     return server
 

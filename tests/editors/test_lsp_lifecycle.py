@@ -50,6 +50,12 @@ PARENT = textwrap.dedent('''
     if os.environ.get("HOLD"):
         holder = subprocess.Popen(["sleep", "600"],
                                   pass_fds=(p.stdin.fileno(), p.stdout.fileno()))
+    if os.environ.get("WARM"):  # as Neovim: the answer to initialize read, a pause
+        n = 0
+        while (line := p.stdout.readline().strip()):
+            n = int(line.split(b":")[1]) if line.startswith(b"Content-Length") else n
+        p.stdout.read(n)
+        time.sleep(float(os.environ["WARM"]))
     if os.environ.get("RUDE"):  # shutdown and exit, then leave without reading
         send({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
         send({"jsonrpc": "2.0", "method": "exit"})
@@ -155,10 +161,14 @@ def test_five_reloads_leave_no_server(tmp_path):
         _traceback_free(tmp_path / f"reload{i}" / "stderr.txt", tmp_path / f"reload{i}" / "lsp.log")
 
 
-def test_client_leaving_without_the_shutdown_reply_leaves_no_traceback(tmp_path):
-    """Neovim's exit: shutdown and exit sent, both pipes closed without reading a reply."""
+@pytest.mark.parametrize("warm", [None, "3"], ids=["loading", "loaded"])
+def test_client_leaving_without_the_shutdown_reply_leaves_no_traceback(tmp_path, warm):
+    """Neovim's exit: shutdown and exit sent, both pipes closed without reading a reply,
+    while the model loads or once it is loaded (then pygls cancelled the shutdown
+    handler and asyncio logged its CancelledError with a traceback, seen in Neovim)."""
     log = tmp_path / "lsp.log"
-    parent, (server,) = _start_parent(tmp_path, _lsp_cmd(log), RUDE="1")
+    extra = {"WARM": warm} if warm else {}
+    parent, (server,) = _start_parent(tmp_path, _lsp_cmd(log), RUDE="1", **extra)
     parent.wait()
     try:
         assert _wait_gone(server)
