@@ -24,7 +24,6 @@ A new format is one module in this package: a class decorated with ``@register``
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import logging
@@ -148,8 +147,8 @@ def _clean_fields(op) -> None:
     """Every string of a record (its key and cwd as well as its text) without lone
     surrogates: SQLite takes only UTF-8, and a JSON id of "\\ud800" is legal JSON."""
     for f in ("key", "text", "cwd", "language_id"):
-        value = getattr(op, f)
-        if isinstance(value, str):
+        value = getattr(op, f, None)
+        if isinstance(value, str) and not value.isascii():  # ASCII has no surrogates
             object.__setattr__(op, f, clean_text(value))
 
 
@@ -159,7 +158,7 @@ class Rewind:
     key: str
 
     def __post_init__(self):
-        object.__setattr__(self, "key", clean_text(self.key))
+        _clean_fields(self)
 
 
 Op = Put | Append | Rewind
@@ -203,8 +202,7 @@ class _Parser:
 
     def _count(self, ops: list) -> list:
         self.stats.records += sum(1 for op in ops if not isinstance(op, Rewind))
-        return [dataclasses.replace(op, text=clean_text(op.text)) if hasattr(op, "text")
-                and isinstance(op.text, str) and not op.text.isascii() else op for op in ops]
+        return ops  # their strings were cleaned of lone surrogates when they were made
 
     def _bad_record(self, e: BaseException) -> None:
         """Count a record the parser could not read, and log its kind once per parser."""
