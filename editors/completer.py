@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistd.ground.ledger import Ledger
-from assistd.runtime.runtime import Runtime, open_store
-from assistd.targets.open import open_target
+from assistd.runtime.runtime import LOADING, Runtime
 from editors import prompting
 from editors.settings import Settings
 from storage.suggestions import Served
@@ -211,30 +210,23 @@ class Completer:
         AssistdError (HistoryError, ModelError) from the part that fails."""
         if self.runtime is not None:
             return
-        say = progress or (lambda message: None)
         s = self.settings
         model = Path(s.model) if s.model else None
-        t = time.perf_counter()
-        store = open_store(Path(s.db) if s.db else None)  # a bad db fails before the load
-        try:
-            say("loading the model")
-            log.info("loading the model %s (backend %s, n_ctx %d)",
-                     model or "(the embedded default)", s.backend, s.n_ctx)
-            target = open_target(model, n_ctx=s.n_ctx, backend=s.backend)
-        except BaseException:
-            store.close()
-            raise
-        log.info("model loaded in %.1f s", time.perf_counter() - t)
-        say("calibrating (measuring the model's speed, first use only)")
-        t = time.perf_counter()
-        try:
-            self.runtime = Runtime(target, store)
-        except BaseException:
-            target.close()
-            store.close()
-            raise
-        # The tuner calibrates t(n) here unless its cache holds it (it logs which).
-        log.info("history and tuner ready in %.1f s", time.perf_counter() - t)
+        started = [time.perf_counter()]
+
+        def stage(name: str) -> None:
+            if name == LOADING:
+                log.info("loading the model %s (backend %s, n_ctx %d)",
+                         model or "(the embedded default)", s.backend, s.n_ctx)
+            else:  # the tuner logs whether it calibrated or read its cache
+                log.info("model loaded in %.1f s", time.perf_counter() - started[0])
+                started[0] = time.perf_counter()
+            if progress is not None:
+                progress(name)
+
+        self.runtime = Runtime.open(model, db=Path(s.db) if s.db else None, n_ctx=s.n_ctx,
+                                    target_options={"backend": s.backend}, progress=stage)
+        log.info("history and tuner ready in %.1f s", time.perf_counter() - started[0])
         self._buffers.clear()
 
     def close(self) -> None:

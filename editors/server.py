@@ -36,6 +36,7 @@ from pygls.protocol import LanguageServerProtocol, default_converter
 from assistd import __version__
 from assistd.ground.errors import AssistdError
 from assistd.ground.process import process_alive
+from assistd.runtime.runtime import LOADING
 from editors.completer import Completer, Request, Suggestion
 from editors.positions import PositionError, offset_at
 from editors.settings import Settings, parse_settings
@@ -215,7 +216,7 @@ class AssistdServer(LanguageServer):
         self._reported: set[str] = set()  # error messages already shown (once each)
         self.watch_client = True  # end when initialize's processId is gone (in-process)
         self.loading = None  # the Future of the engine's opening, once started
-        self._stage = "loading the model"  # what the loading does now (progress message)
+        self._stage = LOADING  # what the loading does now (progress message)
         self._progress: str | None = None  # the work-done progress token shown meanwhile
         self._stopped = False
         self._watch: asyncio.Task | None = None

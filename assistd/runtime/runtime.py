@@ -52,6 +52,11 @@ def index_width(target: Target) -> int:
     return 2 if target.n_vocab < 65535 else 4
 
 
+# The stages Runtime.open reports (an editor shows them as work-done progress).
+LOADING = "loading the model"
+CALIBRATING = "calibrating (measuring the model's speed, first use only)"
+
+
 def open_store(db: Path | None) -> HistoryStore:
     """The history database ``db`` (None: ``$ASSISTD_DB``, else the user data dir)."""
     return HistoryStore(db if db is not None else default_db_path())
@@ -118,14 +123,32 @@ class Runtime:
     @classmethod
     def open(cls, model: Path | None = None, *, db: Path | None = None, n_ctx: int = 2048,
              target_options: dict | None = None, store: HistoryStore | None = None,
-             seed: int | None = None, max_bytes: int | None = None) -> Runtime:
+             seed: int | None = None, max_bytes: int | None = None,
+             progress: Callable[[str], None] | None = None) -> Runtime:
         """Open the store first (a bad ``db`` fails before the model loads), then the
         Target (:func:`assistd.targets.open.open_target` with ``target_options``), then
-        the tuner. Raises :class:`~assistd.ground.errors.HistoryError`,
-        :class:`~assistd.ground.errors.ModelError`."""
+        the tuner (which calibrates t(n) unless its cache holds it). ``progress(stage)``
+        hears :data:`LOADING` and :data:`CALIBRATING` as they begin. What was opened is
+        closed again when a later part fails. Raises
+        :class:`~assistd.ground.errors.HistoryError`, :class:`~assistd.ground.errors.ModelError`."""
+        say = progress or (lambda stage: None)
+        own = store is None
         store = store or open_store(db)
-        target = open_target(model, n_ctx=n_ctx, **(target_options or {}))
-        return cls(target, store, seed=seed, max_bytes=max_bytes)
+        try:
+            say(LOADING)
+            target = open_target(model, n_ctx=n_ctx, **(target_options or {}))
+        except BaseException:
+            if own:
+                store.close()
+            raise
+        try:
+            say(CALIBRATING)
+            return cls(target, store, seed=seed, max_bytes=max_bytes)
+        except BaseException:
+            target.close()
+            if own:
+                store.close()
+            raise
 
     def close(self) -> None:
         """Release the Target and the store (every ledger row is committed already)."""

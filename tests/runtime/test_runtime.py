@@ -33,3 +33,24 @@ def test_the_end_of_the_context_is_the_stop_reason_not_max_tokens(small):
     assert g.stop_reason == "max_tokens" and len(g.tokens) == 2
     with pytest.raises(InputError, match="context window"):
         small.run(prompt + [prompt[-1]] * 2, plan)
+
+
+def test_open_reports_its_stages_and_closes_the_store_when_the_model_fails(tmp_path):
+    """Editors show these stages as work-done progress; a model that fails to load
+    must not leave the store open (the session retries with other settings)."""
+    from assistd.ground.errors import ModelError
+    from assistd.runtime.runtime import CALIBRATING, LOADING
+
+    stages: list[str] = []
+    rt = Runtime.open(db=tmp_path / "h.db", n_ctx=256, progress=stages.append)
+    try:
+        assert stages == [LOADING, CALIBRATING]
+    finally:
+        rt.close()
+    stages.clear()
+    with pytest.raises(ModelError):
+        Runtime.open(tmp_path / "missing.gguf", db=tmp_path / "h2.db", progress=stages.append)
+    assert stages == [LOADING]
+    # The store was closed: no -wal/-shm files kept open for it (SQLite removes them at
+    # the last close of a WAL database).
+    assert not (tmp_path / "h2.db-wal").exists()
