@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import resource
-import selectors
 import socket
 import subprocess
 import sys
@@ -26,7 +24,7 @@ import pytest
 
 from assistd.serving.config import Config
 from assistd.serving.daemon import FD_RESERVE, FDS_PER_EDITOR, WatcherThread
-from tests.daemon_helpers import start_daemon
+from tests.daemon_helpers import start_daemon, wait_closed, wait_for
 
 HEADER_TIMEOUT_MS = 1500
 REPEAT_WINDOW_MS = 2000
@@ -83,34 +81,6 @@ def _connect(daemon, kind: str) -> socket.socket:
     return s
 
 
-def _wait_closed(socks: list[socket.socket], timeout: float) -> int:
-    """Wait until the daemon has closed each of ``socks`` (EOF or reset); returns how
-    many it has not closed by ``timeout`` (generous: only against a hang)."""
-    sel = selectors.DefaultSelector()
-    for s in socks:
-        s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ)
-    left = len(socks)
-    deadline = time.monotonic() + timeout
-    while left and time.monotonic() < deadline:
-        for key, _ in sel.select(1):
-            try:
-                data = key.fileobj.recv(65536)
-            except (ConnectionResetError, BrokenPipeError):
-                data = b""
-            except BlockingIOError:
-                continue
-            if not data:
-                sel.unregister(key.fileobj)
-                left -= 1
-    sel.close()
-    return left
-
-
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 # -- slow and idle connections, the cap, the descriptor limit ---------------------------
 
 
@@ -139,7 +109,7 @@ def test_1000_slow_clients_do_not_starve_authenticated_requests(daemon, tcp, uds
                                                "max_tokens": 2, "temperature": 0})
         assert r.status_code == 200, r.text
         # Every slow one is closed: at the cap, or after the header timeout.
-        assert _wait_closed(slow, timeout=HEADER_TIMEOUT_MS / 1000 + 60) == 0
+        assert wait_closed(slow, timeout=HEADER_TIMEOUT_MS / 1000 + 60) == 0
     finally:
         for s in slow:
             s.close()
@@ -161,7 +131,7 @@ def test_a_request_body_that_never_ends_and_an_idle_keepalive_are_closed(daemon,
     idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: assistd\r\n\r\n")
     assert b"200 OK" in idle.recv(65536)  # then nothing more: idle on a kept-alive connection
     try:
-        assert _wait_closed([body, idle], timeout=HEADER_TIMEOUT_MS / 1000 + 60) == 0
+        assert wait_closed([body, idle], timeout=HEADER_TIMEOUT_MS / 1000 + 60) == 0
     finally:
         body.close()
         idle.close()
@@ -197,7 +167,7 @@ def test_out_of_descriptors_the_daemon_neither_dies_nor_wedges(tmp_path):
                      preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
     try:
         burst = [_connect(d, "tcp") for _ in range(150)]  # the backlog (128) holds the rest
-        assert _wait_for(lambda: d.status()["connections"]["evicted"] >= 150 - 8)
+        assert wait_for(lambda: d.status()["connections"]["evicted"] >= 150 - 8)
         with d.uds(60) as c:
             assert c.get("/healthz").status_code == 200
         for s in burst:
@@ -479,15 +449,6 @@ def test_assistd_status_shows_connections_and_the_watcher(daemon):
 # -- the watcher restarts after a failure ------------------------------------------------------
 
 
-def _wait_for(pred, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_the_watcher_restarts_with_backoff_after_a_real_failure(tmp_path, target):
     """A real fault: the history database cannot be opened (its directory is a file).
     The watcher retries with a doubling backoff and reports it; once the path is
@@ -499,14 +460,14 @@ def test_the_watcher_restarts_with_backoff_after_a_real_failure(tmp_path, target
                       max_backoff_s=0.8)
     w.start()
     try:
-        assert _wait_for(lambda: w.restarts >= 3)
+        assert wait_for(lambda: w.restarts >= 3)
         st = w.status()
         assert st["state"] in ("restarting", "starting") and st["error"], st
-        assert _wait_for(lambda: w.status()["retry_in_s"] is not None)
+        assert wait_for(lambda: w.status()["retry_in_s"] is not None)
         assert w.status()["retry_in_s"] <= 0.8  # the backoff is capped
         blocker.unlink()
         blocker.mkdir()
-        assert _wait_for(lambda: w.state == "watching")
+        assert wait_for(lambda: w.state == "watching")
         st = w.status()
         assert st["restarts"] >= 3 and st["retry_in_s"] is None
         assert (blocker / "history.db").exists()
@@ -521,6 +482,6 @@ def test_the_watcher_stops_promptly_while_waiting_to_restart(tmp_path, target):
     w = WatcherThread(Config(db=str(blocker / "h.db"), agent_transcripts=False),
                       target.tokenize, target.fingerprint, backoff_s=30)
     w.start()
-    assert _wait_for(lambda: w.state == "restarting")
+    assert wait_for(lambda: w.state == "restarting")
     w.stop(timeout=10)
     assert w.state == "stopped" and not w._thread.is_alive()

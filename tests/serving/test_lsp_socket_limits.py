@@ -21,8 +21,7 @@ import time
 import pytest
 
 from assistd.serving.lsp_host import _frame, lsp_socket_for, read_message
-from tests.daemon_helpers import start_daemon
-from tests.serving.test_hardening import _fds, _wait_closed
+from tests.daemon_helpers import open_fds, start_daemon, wait_closed, wait_for
 
 INIT_MS = 3000  # the deadline for initialize (the default is 30 s)
 CAP = 6  # max_editor_sessions (the default is 64)
@@ -40,16 +39,6 @@ def daemon(tmp_path_factory):
 
 def _editors(d) -> dict:
     return d.status()["editors"]
-
-
-def _wait_for(pred, timeout: float = 60) -> bool:
-    """Poll ``pred`` (generous timeout: only against a hang)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _connect(d) -> socket.socket:
@@ -114,17 +103,17 @@ async def test_200_silent_connections_neither_lock_out_an_editor_nor_stay_open(d
     from tests.lsp_helpers import inline, lsp_session, open_doc, stats
 
     before = _editors(daemon)
-    base_fds = _fds(daemon.proc.pid)
+    base_fds = open_fds(daemon.proc.pid)
     silent = [_connect(daemon) for _ in range(200)]
     try:
-        assert _wait_for(lambda: _editors(daemon)["evicted"] - before["evicted"] >= 200 - CAP)
-        assert _wait_for(lambda: _fds(daemon.proc.pid) <= base_fds + CAP + 2)
+        assert wait_for(lambda: _editors(daemon)["evicted"] - before["evicted"] >= 200 - CAP)
+        assert wait_for(lambda: open_fds(daemon.proc.pid) <= base_fds + CAP + 2)
         env = {"ASSISTD_SOCKET": str(daemon.socket)}
         async with lsp_session(daemon.db, env=env) as (client, result):
             assert result.capabilities.inline_completion_provider
             uri = open_doc(client, daemon.socket.parent / "a.py", "def f():\n    return")
             await inline(client, uri, 1, 10)  # answered: str or None, not an error
-            assert _wait_closed(silent, timeout=INIT_MS / 1000 + 60) == 0
+            assert wait_closed(silent, timeout=INIT_MS / 1000 + 60) == 0
             st = _editors(daemon)
             assert st["sessions"] == 1 and st["initializing"] == 0, st
             await asyncio.sleep(INIT_MS / 1000 + 0.5)  # idle past the deadline: it stays open
@@ -169,7 +158,7 @@ def test_an_initialize_dribbled_byte_by_byte_is_closed_at_the_deadline(daemon):
     t = threading.Thread(target=dribble)
     t.start()
     try:
-        assert _wait_closed([s], timeout=INIT_MS / 1000 + 60) == 0
+        assert wait_closed([s], timeout=INIT_MS / 1000 + 60) == 0
     finally:
         stop.set()
         t.join()
@@ -224,11 +213,11 @@ def test_a_request_before_initialize_is_answered_server_not_initialized(daemon):
 
 def test_at_the_cap_the_oldest_uninitialized_goes_then_new_ones_are_refused(daemon):
     # The sessions of the tests before have ended (they end a moment after their close).
-    assert _wait_for(lambda: _editors(daemon)["sessions"] + _editors(daemon)["initializing"] == 0)
+    assert wait_for(lambda: _editors(daemon)["sessions"] + _editors(daemon)["initializing"] == 0)
     before = _editors(daemon)
     assert before["cap"] == CAP and before["initialize_timeout_s"] == INIT_MS / 1000
     silent = _connect(daemon)
-    assert _wait_for(lambda: _editors(daemon)["initializing"] == 1)
+    assert wait_for(lambda: _editors(daemon)["initializing"] == 1)
     editors = []
     try:
         for _ in range(CAP):  # the last one takes the silent one's place
@@ -246,7 +235,7 @@ def test_at_the_cap_the_oldest_uninitialized_goes_then_new_ones_are_refused(daem
         assert all(e.request("shutdown")["result"] is None for e in editors[1:])
         # One editor leaves: the next one is served.
         editors.pop(0).close()
-        assert _wait_for(lambda: _editors(daemon)["sessions"] == CAP - 1)
+        assert wait_for(lambda: _editors(daemon)["sessions"] == CAP - 1)
         editors.append(RawEditor(daemon))
         assert "capabilities" in editors[-1].initialize()
     finally:
@@ -255,7 +244,7 @@ def test_at_the_cap_the_oldest_uninitialized_goes_then_new_ones_are_refused(daem
             e.close()
     log = [json.loads(x)["msg"] for x in daemon.log.read_text().splitlines()]
     assert any(m.startswith(f"editor connection refused: all {CAP} editor sessions") for m in log)
-    assert _wait_for(lambda: _editors(daemon)["sessions"] == 0)
+    assert wait_for(lambda: _editors(daemon)["sessions"] == 0)
 
 
 # -- out of descriptors ---------------------------------------------------------------------
@@ -278,8 +267,8 @@ def test_out_of_descriptors_the_editor_socket_pauses_and_goes_on(tmp_path):
             except Exception:  # noqa: BLE001 - out of descriptors for this request
                 return None
 
-        assert _wait_for(lambda: (status() or {}).get("accept_errors", 0) >= 1)
-        assert _wait_closed(burst, timeout=INIT_MS / 1000 * 10 + 60) == 0
+        assert wait_for(lambda: (status() or {}).get("accept_errors", 0) >= 1)
+        assert wait_closed(burst, timeout=INIT_MS / 1000 * 10 + 60) == 0
         editor = RawEditor(d)
         assert "capabilities" in editor.initialize()
         editor.close()
@@ -340,7 +329,7 @@ def test_the_tcp_gate_closes_a_dribbled_handshake_at_its_deadline(monkeypatch):
     t = threading.Thread(target=dribble)
     t.start()
     try:
-        assert _wait_closed([s], timeout=30) == 0
+        assert wait_closed([s], timeout=30) == 0
     finally:
         stop.set()
         t.join()
