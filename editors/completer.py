@@ -31,6 +31,7 @@ log = logging.getLogger("assistd.lsp")
 
 MAX_BUFFER_CHARS = 1_000_000  # an open buffer larger than this is not drafted from
 PENDING_SUGGESTIONS = 256  # suggestions remembered for telemetry (most recent)
+DISMISSED_PLACES = 32  # per document: places where the user dismissed a suggestion
 BUFFER_REFRESH_S = 1.0  # the document being typed in is re-tokenized at most this often
 
 
@@ -41,6 +42,8 @@ class Request:
     text:     the document (its own line endings); offset: code points into it.
     buffers:  ``{uri: text}`` of the other open documents (live history).
     cancel:   set by ``$/cancelRequest`` or by a newer request for the same document.
+    explicit: the user asked (inline completion's Invoked trigger): served even where a
+        suggestion was dismissed before.
     """
 
     uri: str
@@ -49,6 +52,7 @@ class Request:
     language: str
     buffers: dict[str, str] = field(default_factory=dict)
     cancel: threading.Event = field(default_factory=threading.Event)
+    explicit: bool = False
 
 
 @dataclass
@@ -61,7 +65,8 @@ class Suggestion:
     (:func:`editors.prompting.item_text`; "" where that cannot be written).
 
     source: "target" (a generation), "type-through" (the rest of the previous
-        suggestion, no Target call) or "cancelled".
+        suggestion, no Target call), "dismissed" (none: the user dismissed one at this
+        place) or "cancelled".
     ledger: the generation's counters (None without a generation).
     """
 
@@ -103,6 +108,7 @@ class Counters:
     budget_cuts: int = 0  # suggestions ended by the time budget (maxLatencyMs)
     prompt_tokens_reused: int = 0
     prompt_tokens_evaluated: int = 0
+    dismissed_places: int = 0  # requests answered empty: a suggestion was dismissed there
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -137,6 +143,14 @@ def _with_budget(stop, budget_ms: int, start: float):
 
     check.budget_hit = False
     return check
+
+
+def _place(ctx: prompting.CursorContext) -> str:
+    """Where a suggestion was shown: a digest of the text before and after the cursor."""
+    h = hashlib.blake2b(ctx.prefix.encode(), digest_size=16)
+    h.update(b"\0")
+    h.update(ctx.suffix.encode())
+    return h.hexdigest()
 
 
 def uri_path(uri: str) -> Path | None:
@@ -183,6 +197,8 @@ class Completer:
         self._windows: dict[str, int] = {}  # uri -> prompt window start (chars of prefix)
         self._last: dict[str, _Last] = {}
         self._pending: OrderedDict[str, Served] = OrderedDict()
+        self._place: dict[str, tuple[str, str]] = {}  # suggestion id -> (uri, place)
+        self._dismissed: dict[str, OrderedDict[str, None]] = {}  # uri -> places
 
     # The runtime's parts (None before the first request opens them).
     target = property(lambda self: self.runtime and self.runtime.target)
@@ -236,8 +252,10 @@ class Completer:
             self.drop_buffer(uri)
         self._windows.clear()
         self._last.clear()
+        self._dismissed.clear()
         if self.shared is not None:
             self._pending.clear()
+            self._place.clear()
             return
         if self.runtime is not None:
             self.runtime.close()
@@ -269,6 +287,7 @@ class Completer:
             self.index.remove(entry[0])
         self._windows.pop(uri, None)
         self._last.pop(uri, None)
+        self._dismissed.pop(uri, None)
 
     def _sync_buffers(self, scope: str, buffers: dict[str, str], current: str) -> None:
         """Open buffers of ``scope`` as history documents (tokenized when changed). The
@@ -305,6 +324,10 @@ class Completer:
             self.counters.cancelled_before_start += 1
             return Suggestion(id="", text="", source="cancelled")
         ctx = prompting.context_at(req.text, req.offset)
+        place = _place(ctx)
+        if not req.explicit and place in self._dismissed.get(req.uri, ()):
+            self.counters.dismissed_places += 1
+            return Suggestion(id="", text="", source="dismissed")
         served = self._type_through(req.uri, ctx)
         if served is not None:
             self.counters.type_through += 1
@@ -343,7 +366,7 @@ class Completer:
                         language_id=req.language, proposer=name,
                         target=self.tuner.target, text=text)
         if text:
-            self._remember(served)
+            self._remember(served, (req.uri, place))
         if text and not replace:  # typing cannot go through a text that replaces indentation
             self._last[req.uri] = _Last(ctx.prefix, ctx.suffix, lf, served)
         else:
@@ -404,28 +427,45 @@ class Completer:
 
     # -- telemetry ---------------------------------------------------------------
 
-    def _remember(self, served: Served) -> None:
+    def _remember(self, served: Served, place: tuple[str, str]) -> None:
         self._pending[served.id] = served
         self._pending.move_to_end(served.id)
+        self._place[served.id] = place
         while len(self._pending) > PENDING_SUGGESTIONS:
-            self._pending.popitem(last=False)
+            self._place.pop(self._pending.popitem(last=False)[0], None)
 
     def event(self, sid: str, event: str, accepted_chars: int = 0) -> bool:
-        """The editor reports on suggestion ``sid``; False when it is unknown (too old)."""
+        """The editor reports on suggestion ``sid`` ("shown", "accepted", "partial" with
+        ``accepted_chars`` characters, "dismissed"); stored unless ``telemetry`` is off.
+        False when ``sid`` is unknown (too old)."""
         served = self._pending.get(sid)
-        if served is None or not self.settings.telemetry:
+        if served is None:
             return False
+        if event == "dismissed":
+            self._dismiss(sid)
+        if event in ("accepted", "dismissed"):
+            for uri, last in list(self._last.items()):
+                if last.served.id == sid:
+                    del self._last[uri]
+        if not self.settings.telemetry:
+            return True
         self.open()
         doc_id = self.suggestions.event(served, event, accepted_chars=accepted_chars,
                                         tokenize=self.target.tokenize,
                                         fingerprint=self.target.fingerprint)
         if doc_id is not None and served.scope and self.index is not None:
             self.index.sync(self.store)  # the accepted text drafts the next suggestion
-        if event in ("accepted", "dismissed"):
-            for uri, last in list(self._last.items()):
-                if last.served.id == sid:
-                    del self._last[uri]
         return True
+
+    def _dismiss(self, sid: str) -> None:
+        """Not shown again where it was dismissed (Escape, or typed past): the same text
+        before and after the cursor would give the same greedy suggestion."""
+        uri, place = self._place.get(sid, ("", ""))
+        if uri in self._windows:  # the document is still open (drop_buffer forgets it)
+            places = self._dismissed.setdefault(uri, OrderedDict())
+            places[place] = None
+            while len(places) > DISMISSED_PLACES:
+                places.popitem(last=False)
 
     def stats(self) -> dict:
         """The tuner's report (``assistd stats``), user acceptance, and server counters."""

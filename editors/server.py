@@ -92,6 +92,9 @@ STATS = "assistd.stats"
 SHOWN = "assistd/didShowCompletion"
 PARTIAL = "assistd/didPartiallyAcceptCompletion"
 DISMISSED = "assistd/didDismissCompletion"
+# Server -> client: {state, message}, for a status bar or statusline. States:
+STATUS = "assistd/status"
+READY, ERROR, DISABLED = "ready", "error", "disabled"  # and "loading"
 
 
 class _Writer:
@@ -221,6 +224,8 @@ class AssistdServer(LanguageServer):
         self._stopped = False
         self._watch: asyncio.Task | None = None
         self._main: asyncio.Task | None = None  # pygls's read loop (stop() cancels it)
+        self._status: tuple[str, str] | None = None  # (state, message) last sent
+        self._initialized = False  # notifications may go out (initialize answered)
 
     async def run(self, fn, *args):
         """Run ``fn(*args)`` on the engine thread without blocking the event loop."""
@@ -320,6 +325,7 @@ class AssistdServer(LanguageServer):
 
     def _report_stage(self, msg: str) -> None:
         self._stage = msg
+        self.set_status()
         if self._progress is not None:
             self.work_done_progress.report(self._progress, types.WorkDoneProgressReport(
                 message=msg))
@@ -328,6 +334,8 @@ class AssistdServer(LanguageServer):
         error = None if fut.cancelled() else fut.exception()
         if error is not None:
             self.report(error)
+        else:
+            self.set_status()
         if self._progress is not None:
             self.work_done_progress.end(self._progress, types.WorkDoneProgressEnd(
                 message="ready" if error is None else f"failed: {error}"))
@@ -353,12 +361,32 @@ class AssistdServer(LanguageServer):
             title="assistd", message=self._stage, cancellable=False))
 
     def report(self, error: BaseException) -> None:
-        """An error the user must see: ``window/showMessage`` once per message, and the log."""
+        """An error the user must see: ``window/showMessage`` once per message, the log,
+        and the ``error`` status."""
         msg = f"assistd: {error}"
         log.error("%s", msg)
+        self.set_status(ERROR, str(error))
         if msg not in self._reported:
             self._reported.add(msg)
             self.window_show_message(types.ShowMessageParams(types.MessageType.Error, msg))
+
+    def set_status(self, state: str | None = None, message: str = "") -> None:
+        """Send ``assistd/status`` ({state, message}) when it changed. ``state`` None:
+        the state that follows from the settings and the loading (``disabled``,
+        ``loading``, ``ready``, or ``error`` when the model failed to open)."""
+        if state is None:
+            failed = self.loading is not None and self.loading.done() and (
+                self.loading.cancelled() or self.loading.exception() is not None)
+            state = (DISABLED if not self.settings.enabled else ERROR if failed
+                     else "loading" if self.loading is None or not self.loading.done()
+                     else READY)
+            message = (self._stage if state == "loading" else f"{self.loading.exception()}"
+                       if state == ERROR else "")
+        if (state, message) == self._status or not self._initialized or self._stopped:
+            return
+        self._status = (state, message)
+        log.debug("status: %s %s", state, message)
+        self.protocol.notify(STATUS, {"state": state, "message": message})
 
     def report_server_error(self, error: Exception, source) -> None:
         """pygls's out-of-band errors (a malformed notification, didChange for a document
@@ -386,13 +414,16 @@ class AssistdServer(LanguageServer):
         self.submit(self.completer.configure, settings)
         if reopen and self.loading is not None and self.completer.shared is None:
             self.start_loading()  # a new model or db: load it now, not on a keystroke
+        self.set_status()
 
     # -- completion --------------------------------------------------------
 
     async def suggest(self, uri: str, position: types.Position,
-                      method: str = "inlineCompletion") -> Suggestion | None:
+                      method: str = "inlineCompletion", explicit: bool = False
+                      ) -> Suggestion | None:
         """The suggestion at ``position``; None when there is none (disabled, cancelled,
-        failed: failures reach the user through :meth:`report`). Raises
+        failed: failures reach the user through :meth:`report`; dismissed there before,
+        unless ``explicit``: the user asked). Raises
         JsonRpcInvalidParams for an unknown document or a position outside it. Logs one
         info line per request (``method``, language, sizes, ms: never the text)."""
         docs = self.workspace.text_documents
@@ -408,7 +439,8 @@ class AssistdServer(LanguageServer):
         except PositionError as e:
             raise JsonRpcInvalidParams.of(e) from None
         req = Request(uri=uri, text=text, offset=offset, language=doc.language_id or "plaintext",
-                      buffers={u: _valid(d.source) for u, d in docs.items() if u != uri})
+                      buffers={u: _valid(d.source) for u, d in docs.items() if u != uri},
+                      explicit=explicit)
         older = self.latest.get(uri)
         if older is not None:
             older.cancel.set()  # latest wins
@@ -427,6 +459,8 @@ class AssistdServer(LanguageServer):
         finally:
             if self.latest.get(uri) is req:
                 del self.latest[uri]
+        if result.source != "cancelled":
+            self.set_status()  # a request that worked after one that failed: ready again
         _log_request(method, req, result, (time.perf_counter() - t0) * 1000)
         return result if result.text else None
 
@@ -497,7 +531,9 @@ def build_server(settings: Settings | None = None, completer=None,
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: AssistdServer, params: types.InitializedParams):
-        # Progress may only be created once initialize is answered.
+        # Progress and notifications may only go out once initialize is answered.
+        ls._initialized = True
+        ls.set_status()
         await ls.show_loading()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -517,7 +553,9 @@ def build_server(settings: Settings | None = None, completer=None,
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: AssistdServer, params: types.InlineCompletionParams):
-        s = await ls.suggest(params.text_document.uri, params.position)
+        explicit = params.context is not None and (
+            params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked)
+        s = await ls.suggest(params.text_document.uri, params.position, explicit=explicit)
         if s is None:
             return types.InlineCompletionList(items=[])
         pos = params.position

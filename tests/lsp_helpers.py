@@ -22,6 +22,12 @@ async def lsp_session(db: Path, *, encodings=None, settings=None, root: Path | N
     config = ClientServerConfig(server_command=[sys.executable, "-m", "assistd", "lsp", *LSP_ARGS],
                                 server_env=server_env)
     client: LanguageClient = await config.start()
+    client.statuses = []  # the server's assistd/status notifications, in order
+
+    @client.feature("assistd/status")
+    def _status(ls, params):
+        ls.statuses.append((params.state, params.message))
+
     general = types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None
     caps = types.ClientCapabilities(
         general=general,
