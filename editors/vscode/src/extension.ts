@@ -13,22 +13,31 @@ import {
   LanguageClient,
   LanguageClientOptions,
   ServerOptions,
+  State,
   StreamInfo,
 } from 'vscode-languageclient/node';
 
 // The keys the server reads under `assistd` (initializationOptions and
 // workspace/didChangeConfiguration). serverPath, serverArgs, serverAddress and
-// tokenFile stay here: the server warns about keys it does not know.
+// tokenFile stay here: the server warns about keys it does not know. `enabled`
+// stays here too: it can be set per language ("[python]": {...}), which the
+// server cannot see, so the extension asks for nothing where it is off.
 const SERVER_KEYS = [
   'model', 'backend', 'proposer', 'k', 'maxTokens', 'maxPromptTokens',
-  'maxSuffixChars', 'maxLatencyMs', 'nCtx', 'fim', 'db', 'enabled', 'telemetry',
+  'maxSuffixChars', 'maxLatencyMs', 'nCtx', 'fim', 'db', 'telemetry',
 ] as const;
 
 // The command the server puts on each inline item; VS Code runs it (through the
 // client, as workspace/executeCommand) when the user accepts the suggestion.
 const ACCEPTED = 'assistd.accepted';
+const STATS_URI = vscode.Uri.parse('assistd-stats:/assistd%20stats.json');
 
 let client: LanguageClient | undefined;
+let statusItem: vscode.StatusBarItem;
+// What the server last said (assistd/status), or the client's own view of it.
+let serverState: { state: string; message: string } = { state: 'loading', message: 'starting' };
+let statsText = '{}\n';
+const statsChanged = new vscode.EventEmitter<vscode.Uri>();
 
 function config(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration('assistd');
@@ -80,9 +89,95 @@ function suggestionId(item: vscode.InlineCompletionItem | undefined): string | u
   return typeof id === 'string' ? id : undefined;
 }
 
-function notify(method: string, id: string): void {
-  if (client?.isRunning() && config().get<boolean>('telemetry', true)) {
-    void client.sendNotification(method, { id });
+// Sent whatever assistd.telemetry says: the server stores them only when it is on,
+// and uses a dismissal either way (not shown again at that place).
+function notify(method: string, params: Record<string, unknown>): void {
+  if (client?.isRunning()) {
+    void client.sendNotification(method, params);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// On/off (all languages, or one: `assistd.enabled` is language-overridable)
+// and the status-bar item.
+// ---------------------------------------------------------------------------
+
+function enabledFor(document: vscode.TextDocument | undefined): boolean {
+  const cfg = document ? vscode.workspace.getConfiguration('assistd', document) : config();
+  return cfg.get<boolean>('enabled', true);
+}
+
+function updateStatus(): void {
+  const document = vscode.window.activeTextEditor?.document;
+  const { state, message } = serverState;
+  const on = enabledFor(document);
+  const [icon, what] = !on ? ['$(circle-slash) ', document ? `off for ${document.languageId}` : 'off']
+    : state === 'loading' ? ['$(sync~spin) ', `loading${message ? `: ${message}` : ''}`]
+      : state === 'error' ? ['$(error) ', `error: ${message}`]
+        : state === 'stopped' ? ['$(error) ', 'the server is not running']
+          : ['', 'ready'];
+  statusItem.text = `${icon}assistd`;
+  statusItem.tooltip = `assistd: ${what}. Click for options.`;
+  statusItem.show();
+}
+
+async function toggle(languageId?: string): Promise<void> {
+  if (languageId === undefined) {
+    await config().update('enabled', !config().get<boolean>('enabled', true),
+      vscode.ConfigurationTarget.Global);
+    return;
+  }
+  const cfg = vscode.workspace.getConfiguration('assistd', { languageId });
+  await cfg.update('enabled', !cfg.get<boolean>('enabled', true),
+    vscode.ConfigurationTarget.Global, true);
+}
+
+async function menu(): Promise<void> {
+  const language = vscode.window.activeTextEditor?.document.languageId;
+  const on = config().get<boolean>('enabled', true);
+  const items: (vscode.QuickPickItem & { run: () => Thenable<unknown> })[] = [
+    { label: on ? 'Turn off suggestions' : 'Turn on suggestions', run: () => toggle() },
+    ...(language ? [{
+      label: `${enabledFor(vscode.window.activeTextEditor?.document) ? 'Turn off' : 'Turn on'} for ${language}`,
+      run: () => toggle(language),
+    }] : []),
+    { label: 'Show stats', run: showStats },
+    { label: 'Restart server', run: restart },
+    { label: 'Show log', run: async () => client?.outputChannel.show() },
+  ];
+  const pick = await vscode.window.showQuickPick(items, { title: `assistd: ${statusItem.tooltip}` });
+  await pick?.run();
+}
+
+// ---------------------------------------------------------------------------
+// Partial accept: VS Code's own next-word / next-line commands, with the
+// characters they inserted reported (assistd/didPartiallyAcceptCompletion,
+// acceptedLength: characters accepted of that suggestion so far).
+// ---------------------------------------------------------------------------
+
+const partial = new Map<string, number>();
+
+async function acceptPartially(builtin: string): Promise<void> {
+  const id = shownId;
+  const document = vscode.window.activeTextEditor?.document;
+  let inserted = 0;
+  const listener = vscode.workspace.onDidChangeTextDocument((event) => {
+    if (event.document === document) {
+      inserted += event.contentChanges.reduce((n, c) => n + c.text.length, 0);
+    }
+  });
+  try {
+    await vscode.commands.executeCommand(builtin);
+  } finally {
+    listener.dispose();
+  }
+  if (id !== undefined && inserted > 0) {
+    const total = (partial.get(id) ?? 0) + inserted;
+    partial.set(id, total);
+    if (partial.size > 64) { // only the suggestion on screen matters
+      partial.delete(partial.keys().next().value as string);
+    }
+    notify('assistd/didPartiallyAcceptCompletion', { id, acceptedLength: total });
   }
 }
 
@@ -90,12 +185,12 @@ function setShown(id: string | undefined): void {
   if (id === shownId) {
     return;
   }
-  if (shownId !== undefined) {
-    notify('assistd/didDismissCompletion', shownId);
+  if (shownId !== undefined && !partial.has(shownId)) { // partly accepted: not dismissed
+    notify('assistd/didDismissCompletion', { id: shownId });
   }
   shownId = id;
   if (id !== undefined) {
-    notify('assistd/didShowCompletion', id);
+    notify('assistd/didShowCompletion', { id });
   }
 }
 
@@ -149,6 +244,10 @@ function createClient(): LanguageClient {
     initializationOptions: () => ({ assistd: serverSettings(), ...(token ? { token } : {}) }),
     middleware: {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
+        if (!enabledFor(document)) {
+          setShown(undefined);
+          return null;
+        }
         const result = await next(document, position, context, token);
         if (!token.isCancellationRequested) { // a cancelled answer is never shown
           const items = Array.isArray(result) ? result : result?.items ?? [];
@@ -168,7 +267,18 @@ function createClient(): LanguageClient {
       },
     },
   };
-  return new LanguageClient('assistd', 'assistd', serverOptions, clientOptions);
+  const created = new LanguageClient('assistd', 'assistd', serverOptions, clientOptions);
+  created.onNotification('assistd/status', (params: { state?: unknown; message?: unknown }) => {
+    serverState = { state: String(params.state ?? ''), message: String(params.message ?? '') };
+    updateStatus();
+  });
+  created.onDidChangeState((event) => {
+    if (event.newState === State.Stopped && client === created) {
+      serverState = { state: 'stopped', message: '' };
+      updateStatus();
+    }
+  });
+  return created;
 }
 
 async function restart(): Promise<void> {
@@ -185,10 +295,14 @@ async function restart(): Promise<void> {
 
 async function start(): Promise<void> {
   const address = config().get<string>('serverAddress', '').trim();
+  serverState = { state: 'loading', message: 'starting the server' };
+  updateStatus();
   try {
     client = createClient();
     await client.start();
   } catch (error) {
+    serverState = { state: 'error', message: String(error) };
+    updateStatus();
     // Keep the extension (and its commands) alive, so that fixing the setting
     // restarts the server.
     void vscode.window.showErrorMessage(address
@@ -211,19 +325,50 @@ async function showStats(): Promise<void> {
     command: 'assistd.stats',
     arguments: [],
   });
-  const document = await vscode.workspace.openTextDocument({
-    language: 'json',
-    content: JSON.stringify(stats, null, 2) + '\n',
-  });
+  // A read-only document of our own scheme: not an untitled editor that asks to be
+  // saved, and not sent to the server as a buffer (the selector takes file/untitled).
+  statsText = JSON.stringify(stats, null, 2) + '\n';
+  statsChanged.fire(STATS_URI);
+  const document = await vscode.workspace.openTextDocument(STATS_URI);
+  await vscode.languages.setTextDocumentLanguage(document, 'json');
   await vscode.window.showTextDocument(document, { preview: true });
 }
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  statusItem = vscode.window.createStatusBarItem('assistd.status', vscode.StatusBarAlignment.Right, 100);
+  statusItem.name = 'assistd';
+  statusItem.command = 'assistd.menu';
+  updateStatus();
   context.subscriptions.push(
+    statusItem,
+    vscode.workspace.registerTextDocumentContentProvider('assistd-stats', {
+      onDidChange: statsChanged.event,
+      provideTextDocumentContent: () => statsText,
+    }),
     vscode.commands.registerCommand('assistd.showStats', showStats),
     vscode.commands.registerCommand('assistd.restart', restart),
-    vscode.window.onDidChangeActiveTextEditor(() => setShown(undefined)),
+    vscode.commands.registerCommand('assistd.menu', menu),
+    vscode.commands.registerCommand('assistd.toggle', () => toggle()),
+    vscode.commands.registerCommand('assistd.toggleLanguage', () => {
+      const language = vscode.window.activeTextEditor?.document.languageId;
+      return language ? toggle(language) : toggle();
+    }),
+    vscode.commands.registerCommand('assistd.acceptNextWord',
+      () => acceptPartially('editor.action.inlineSuggest.acceptNextWord')),
+    vscode.commands.registerCommand('assistd.acceptNextLine',
+      () => acceptPartially('editor.action.inlineSuggest.acceptNextLine')),
+    vscode.window.onDidChangeActiveTextEditor(() => {
+      setShown(undefined);
+      updateStatus();
+    }),
     vscode.workspace.onDidChangeConfiguration(async (event) => {
+      if (event.affectsConfiguration('assistd.enabled')) {
+        updateStatus();
+        if (!enabledFor(vscode.window.activeTextEditor?.document)) {
+          // Off now: hide what is on screen (VS Code keeps a shown suggestion).
+          await vscode.commands.executeCommand('editor.action.inlineSuggest.hide');
+        }
+      }
       if (['serverPath', 'serverArgs', 'serverAddress', 'tokenFile']
         .some((key) => event.affectsConfiguration(`assistd.${key}`))) {
         await restart();
