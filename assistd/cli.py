@@ -812,7 +812,9 @@ def stats(scope, as_json, plot, db):
     coverage (rounds / steps), acceptance rate (accepted / drafted tokens), mean
     acceptance length (1 + accepted / rounds), per-position acceptance (conditional
     a_i and cumulative A_i), and the draft ceiling k the tuner picks with its
-    expected speedup over plain decoding on the Target's measured cost model.
+    expected speedup over plain decoding on the Target's measured cost model. Then
+    what editors reported of their suggestions: shown, accepted (whole or partly,
+    with the accepted characters), dismissed.
 
     \b
     Examples:
@@ -821,16 +823,18 @@ def stats(scope, as_json, plot, db):
         assistd stats --plot tuner.png
     """
     from assistd.runtime.runtime import open_store, store_stats
-    from assistd.runtime.stats import plot_stats, print_stats
+    from assistd.runtime.stats import plot_stats, print_stats, print_user_acceptance
 
-    report = store_stats(open_store(db), scope=scope)["ledger"]
+    both = store_stats(open_store(db), scope=scope)
+    report = both["ledger"]
     if plot is not None:
         plot_stats(report, plot)
         click.echo(f"wrote {plot}", err=True)
     if as_json:
-        click.echo(json.dumps(report))
+        click.echo(json.dumps({**report, "user_acceptance": both["user_acceptance"]}))
         return
     print_stats(report)
+    print_user_acceptance(both["user_acceptance"])
 
 
 @cli.command()

@@ -98,8 +98,9 @@ class SuggestionStore:
         )
 
     def summary(self) -> dict:
-        """Per language id: shown, accepted, partial, dismissed, accepted chars, and the
-        acceptance rate (accepted or partial / shown)."""
+        """Per language id: shown, accepted, partial, dismissed, accepted chars, the
+        acceptance rate (accepted or partial / shown) and the mean accepted characters
+        per accepted suggestion (whole or partial; None while there is none)."""
         out = {}
         rows = self.store.db.execute(
             "select language_id, sum(shown), sum(outcome = 'accepted'), sum(outcome = 'partial'),"
@@ -108,5 +109,6 @@ class SuggestionStore:
         for lang, shown, acc, part, dis, chars, n in rows:
             out[lang] = {"suggestions": n, "shown": shown, "accepted": acc, "partial": part,
                          "dismissed": dis, "accepted_chars": chars,
-                         "acceptance_rate": (acc + part) / shown if shown else None}
+                         "acceptance_rate": (acc + part) / shown if shown else None,
+                         "mean_accepted_chars": chars / (acc + part) if acc + part else None}
         return out

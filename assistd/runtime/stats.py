@@ -202,6 +202,33 @@ def print_stats(report: dict, console=None) -> None:
     console.print(pos)
 
 
+def print_user_acceptance(summary: dict, console=None) -> None:
+    """Editor suggestions per language id (:meth:`SuggestionStore.summary`) as a ``rich``
+    table: shown, accepted, partly accepted, dismissed, the acceptance rate and the mean
+    accepted characters per accepted suggestion. Nothing when no editor reported yet."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if not summary:
+        return
+    if console is None:
+        kw = {"emoji": False, "markup": False, "highlight": False}
+        console = Console(**kw) if sys.stdout.isatty() else Console(width=160, **kw)
+    table = Table(title="editor suggestions (user acceptance, all scopes)",
+                  caption="rate = (accepted + partly accepted) / shown; chars = accepted"
+                          " characters per accepted suggestion, whole or partial")
+    for col in ("language", "suggestions", "shown", "accepted", "partly accepted",
+                "dismissed", "rate", "chars"):
+        table.add_column(col, justify="left" if col == "language" else "right")
+    for lang, u in summary.items():
+        rate, chars = u["acceptance_rate"], u.get("mean_accepted_chars")
+        table.add_row(lang, str(u["suggestions"]), str(u["shown"]), str(u["accepted"]),
+                      str(u["partial"]), str(u["dismissed"]),
+                      "n/a" if rate is None else f"{rate:.2f}",
+                      "n/a" if chars is None else f"{chars:.1f}")
+    console.print(table)
+
+
 def plot_stats(report: dict, path: str | Path):
     """Draw the report into ``path`` (PNG, or another format matplotlib knows by its
     extension) and return the matplotlib ``Figure``.

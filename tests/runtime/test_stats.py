@@ -269,3 +269,40 @@ def test_cli_unknown_scope_is_one_line_error(filled):
     r = assistd("stats", "--db", filled.store.path, "--scope", "/nowhere")
     assert r.returncode == 2 and "scopes with data" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_user_acceptance_in_the_table_and_the_json(filled):
+    """What editors reported: a 30-character suggestion accepted whole, one partly (12
+    of 20 characters, then 8 more: the larger count is kept), one dismissed, one never
+    shown: rate (1 + 1) / 3 shown, mean accepted characters (30 + 20) / 2 = 25."""
+    from rich.console import Console
+
+    from assistd.runtime.stats import print_user_acceptance
+    from storage.suggestions import Served, SuggestionStore
+
+    events = SuggestionStore(filled.store)
+
+    def served(sid, chars):
+        return Served(sid, SCOPE_A, "a.py", "python", "suffix", TARGET, "x" * chars)
+
+    events.event(served("whole", 30), "shown")
+    events.event(served("whole", 30), "accepted")
+    events.event(served("part", 40), "shown")
+    events.event(served("part", 40), "partial", accepted_chars=12)
+    events.event(served("part", 40), "partial", accepted_chars=20)
+    events.event(served("gone", 10), "shown")
+    events.event(served("gone", 10), "dismissed")
+    events.event(served("unseen", 10), "dismissed")  # dismissed without shown: counts shown
+    summary = events.summary()["python"]
+    assert (summary["shown"], summary["accepted"], summary["partial"], summary["dismissed"]) \
+        == (4, 1, 1, 2)
+    assert summary["acceptance_rate"] == pytest.approx(2 / 4)
+    assert summary["mean_accepted_chars"] == pytest.approx(25.0)
+    console = Console(width=200, record=True, emoji=False, markup=False)
+    print_user_acceptance(events.summary(), console=console)
+    text = console.export_text()
+    assert "partly accepted" in text and "25.0" in text and "0.50" in text
+    r = assistd("stats", "--db", filled.store.path, "--json")
+    assert json.loads(r.stdout)["user_acceptance"]["python"]["mean_accepted_chars"] == 25.0
+    r = assistd("stats", "--db", filled.store.path)
+    assert "editor suggestions" in r.stdout and "25.0" in r.stdout
