@@ -288,6 +288,8 @@ def history_stats(db, as_json):
                f" ({s['transcript_lines_malformed']} malformed lines,"
                f" {s['transcript_records_unknown']} unknown records skipped)")
     for r in s["secret_rescans"]:
+        if not r["redactions"] and not r["failed"]:
+            continue  # a rescan that found nothing (every new database's) is no news
         rules = ", ".join(f"{k} {n}" for k, n in sorted(r["kinds"].items(), key=lambda kv: -kv[1]))
         click.echo(f"secrets rescan ({r['name']}): {r['redactions']} values redacted in"
                    f" {r['changed']} of {r['documents']} stored documents"

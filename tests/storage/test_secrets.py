@@ -915,6 +915,11 @@ def test_migration_rescans_stored_text_and_the_next_index_restores_exact_tokens(
     migrated = [(k, p.replace(str(tmp_path), ""), *rest) for k, p, *rest in content(db)]
     assert migrated == [(k, p.replace(str(tmp_path), ""), *rest) for k, p, *rest in content(fresh)]
     assert len(migrated) == 4  # three files and the transcript record, all tokenized again
+    # A new database's rescans found nothing: `history stats` does not mention them.
+    human = subprocess.run([sys.executable, "-m", "assistd", "history", "stats", "--db",
+                            str(fresh)], capture_output=True, text=True, timeout=120,
+                           check=True).stdout
+    assert "secrets rescan" not in human
 
 
 def test_m006_rescans_a_database_made_before_the_header_and_prose_rules(tmp_path, target):
