@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -90,3 +92,39 @@ async def inline_item(client: LanguageClient, uri: str, line: int, char: int):
 async def stats(client: LanguageClient) -> dict:
     return await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="assistd.stats"))
+
+
+# -- raw JSON-RPC over a socket (where a test needs the bytes, not a client) ----------
+
+def frame(payload: dict) -> bytes:
+    """``payload`` as one LSP message: Content-Length header, JSON body."""
+    body = json.dumps(payload).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def read_message(sock: socket.socket) -> dict | None:
+    """One framed message, or None when the peer closed the connection."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        ch = sock.recv(1)
+        if not ch:
+            return None
+        head += ch
+    n = int(head.split(b"Content-Length:")[1].split(b"\r\n")[0])
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data)
+
+
+def rpc(sock: socket.socket, msg_id, method: str, params=None) -> dict:
+    """Send a request and return its response, skipping the server's notifications."""
+    sock.sendall(frame({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}))
+    while True:
+        out = read_message(sock)
+        assert out is not None, f"connection closed waiting for {method}"
+        if out.get("id") == msg_id and "method" not in out:
+            return out

@@ -23,7 +23,10 @@ from editors.completer import Completer, Request, uri_path
 from editors.settings import Settings
 from tests.conftest import make_repo
 from tests.daemon_helpers import free_port, start_daemon
+from tests.lsp_helpers import frame as _frame
 from tests.lsp_helpers import inline_params, lsp_session, open_doc, stats
+from tests.lsp_helpers import read_message as _read
+from tests.lsp_helpers import rpc as _rpc
 
 B_ONLY = "def b_only_secret_helper(zz):\n    return zz * 7919 + 104729\n"
 
@@ -237,38 +240,6 @@ def test_framing_reader_takes_lsp_in_any_pieces_and_nothing_else():
                 read_message(b, bytearray())
 
 TOKEN = "test-token-0123456789"
-
-
-def _frame(payload: dict) -> bytes:
-    body = json.dumps(payload).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
-def _read(sock: socket.socket) -> dict | None:
-    """One framed message, or None when the peer closed the connection."""
-    head = b""
-    while not head.endswith(b"\r\n\r\n"):
-        ch = sock.recv(1)
-        if not ch:
-            return None
-        head += ch
-    n = int(head.split(b"Content-Length:")[1].split(b"\r\n")[0])
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return json.loads(data)
-
-
-def _rpc(sock, msg_id, method, params=None) -> dict:
-    sock.sendall(_frame({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}))
-    while True:  # skip the server's notifications (window/showMessage ...)
-        out = _read(sock)
-        assert out is not None, f"connection closed waiting for {method}"
-        if out.get("id") == msg_id and "method" not in out:
-            return out
 
 
 def _initialize(db: Path, token: str | None, where: str = "top") -> dict:

@@ -22,6 +22,7 @@ from editors.settings import Settings, parse_settings
 from storage.retention import forget
 from storage.suggestions import Served, SuggestionStore
 from tests.conftest import make_repo
+from tests.lsp_helpers import rpc
 
 # -- settings ------------------------------------------------------------------
 
@@ -164,19 +165,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rpc(sock, payload: dict) -> dict:
-    body = json.dumps(payload).encode()
-    sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    head = b""
-    while not head.endswith(b"\r\n\r\n"):
-        head += sock.recv(1)
-    n = int(head.split(b"Content-Length:")[1].split(b"\r\n")[0])
-    data = b""
-    while len(data) < n:
-        data += sock.recv(n - len(data))
-    return json.loads(data)
-
-
 def test_tcp_transport_answers_initialize(tmp_path):
     port = _free_port()
     token_file = tmp_path / "token"  # created 0600 by the server; editors send its token
@@ -194,20 +182,19 @@ def test_tcp_transport_answers_initialize(tmp_path):
             pytest.fail("the server did not listen")
         with sock:
             assert oct(token_file.stat().st_mode & 0o777) == "0o600"
-            out = _rpc(sock, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            out = rpc(sock, 1, "initialize", {
                 "capabilities": {}, "initializationOptions": {
                     "token": token_file.read_text().strip(),
-                    "assistd": {"db": str(tmp_path / "t.db")}}}})
+                    "assistd": {"db": str(tmp_path / "t.db")}}})
             caps = out["result"]["capabilities"]
             assert caps["positionEncoding"] == "utf-16" and "inlineCompletionProvider" in caps
             assert set(caps["executeCommandProvider"]["commands"]) == {"assistd.accepted", "assistd.stats"}
             assert out["result"]["serverInfo"]["name"] == "assistd"
             # Params that do not deserialize still get their one answer: InvalidParams.
             for i, position in enumerate([{"line": -1, "character": 0}, None, {"line": 1}]):
-                bad = _rpc(sock, {"jsonrpc": "2.0", "id": 10 + i,
-                                  "method": "textDocument/inlineCompletion", "params": {
-                                      "textDocument": {"uri": "file:///x.py"}, "position": position,
-                                      "context": {"triggerKind": 1}}})
+                bad = rpc(sock, 10 + i, "textDocument/inlineCompletion", {
+                    "textDocument": {"uri": "file:///x.py"}, "position": position,
+                    "context": {"triggerKind": 1}})
                 assert bad["id"] == 10 + i and bad["error"]["code"] == -32602
     finally:
         proc.kill()
