@@ -3,7 +3,6 @@ window (KV reuse while typing), buffers in the live history, TCP transport, CLI 
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
