@@ -7,7 +7,8 @@ would pay it again. So a calibration is also kept in
 ``$ASSISTD_CACHE_DIR``, else the user cache dir, as the torch weights), keyed by
 
 - the Target: backend and its package version, model file (name, size, a digest of its
-  first and last MiB), device (GPU layers included), threads, numerics, dtype;
+  first and last MiB), device (GPU layers included), threads, numerics, dtype, and the
+  accelerator by name (torch's CUDA device name: another card, another t(n));
 - the machine: CPU model, architecture, core count, usable cores;
 - :data:`CACHE_VERSION` (the calibration method).
 
@@ -85,6 +86,21 @@ def machine_identity() -> dict:
             "cores": os.cpu_count() or 0, "usable_cores": usable}
 
 
+def _accelerator(target) -> str:
+    """The GPU a Target runs on, by name ("" on the CPU): the same model and machine
+    have another t(n) on another card. torch names its CUDA device; llama.cpp does not
+    say which card it offloads to, only how many layers (in ``device``)."""
+    device = str(getattr(target, "device", ""))
+    if target.backend == "torch" and device.startswith("cuda"):
+        try:
+            import torch
+
+            return torch.cuda.get_device_name(torch.device(device))
+        except (ImportError, RuntimeError, AssertionError):
+            return "cuda"
+    return "" if device == "cpu" else device
+
+
 def target_identity(target) -> dict:
     """What makes a loaded Target's t(n) its own (see the module docstring)."""
     path = Path(str(target.model_path))
@@ -95,7 +111,7 @@ def target_identity(target) -> dict:
     return {"backend": target.backend, "backend_version": version, "model": path.name,
             "digest": _file_digest(path) if path.is_file() else "", "device": str(target.device),
             "threads": getattr(target, "n_threads", None), "numerics": target.numerics,
-            "dtype": str(getattr(target, "dtype", ""))}
+            "dtype": str(getattr(target, "dtype", "")), "accelerator": _accelerator(target)}
 
 
 def calibration_key(target) -> dict:
