@@ -37,8 +37,11 @@ def setup_logging(log_file: Path | str | None = None, verbose: bool = False) -> 
 class RateLimitFilter(logging.Filter):
     """A flood of one message is counted, not repeated; a flood of many is capped.
 
-    Records are keyed by (logger, level, message template: ``record.msg`` before its
-    arguments). The first record of a key passes; the others within ``window_s``
+    Warnings and errors are keyed by (logger, level, message template: ``record.msg``
+    before its arguments), so a flood of one complaint with many arguments is one
+    line; INFO and DEBUG records by their formatted text, so that a log asked for
+    (``-v``: one line per editor request, its timing and ledger) keeps every line that
+    says something new, and only exact repeats are counted. The first record of a key passes; the others within ``window_s``
     seconds are dropped and counted; the first of the key after the window passes
     with `` [repeated N more times in the last S s, not logged]`` added to its message.
     Beyond that, at most ``per_s`` records a second pass (bursts of ``burst``), whatever
@@ -64,7 +67,14 @@ class RateLimitFilter(logging.Filter):
         decided = getattr(record, "_assistd_rate_limit", None)
         if decided is not None:
             return decided
-        key = (record.name, record.levelno, str(record.msg))
+        if record.levelno >= logging.WARNING:
+            text = str(record.msg)
+        else:
+            try:
+                text = record.getMessage()
+            except (TypeError, ValueError):  # bad arguments: logging reports it itself
+                text = str(record.msg)
+        key = (record.name, record.levelno, text)
         now = self._clock()
         with self._lock:
             self._tokens = min(self.burst, self._tokens + (now - self._refilled) * self.per_s)
@@ -101,7 +111,7 @@ class RateLimitFilter(logging.Filter):
         return passed
 
     def pending(self) -> list[tuple[str, str, int]]:
-        """``(logger, message template, dropped)`` for every key with dropped records
-        not yet reported."""
+        """``(logger, message template or text, dropped)`` for every key with dropped
+        records not yet reported."""
         with self._lock:
             return [(k[0], k[2], e[1]) for k, e in self._seen.items() if e[1]]

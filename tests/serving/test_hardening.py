@@ -433,6 +433,36 @@ def test_the_rate_limit_filter_agrees_across_handlers_and_stays_bounded(tmp_path
     assert "records dropped before this one: over 20 records/s" in record.getMessage()
 
 
+def test_info_lines_that_differ_all_pass_and_exact_repeats_are_counted(tmp_path):
+    """A -v log keeps one line per editor request (their numbers differ); the same line
+    again is counted; a warning flood with many arguments stays one line."""
+    from assistd.ground.logs import RateLimitFilter
+
+    limit = RateLimitFilter(window_s=3600)
+    logger = logging.getLogger("assistd.test.ratelimit.info")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(tmp_path / "v.log")
+    handler.addFilter(limit)
+    logger.addHandler(handler)
+    try:
+        for i in range(50):
+            logger.info("inlineCompletion python: target, %d ms", 100 + i)
+        for _ in range(5):
+            logger.info("status: ready")
+        for i in range(50):
+            logger.warning("bad request from %s", i)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    lines = (tmp_path / "v.log").read_text().splitlines()
+    assert [x for x in lines if x.startswith("inlineCompletion")] == [
+        f"inlineCompletion python: target, {100 + i} ms" for i in range(50)]
+    assert lines.count("status: ready") == 1
+    assert [x for x in lines if x.startswith("bad request")] == ["bad request from 0"]
+    assert ("assistd.test.ratelimit.info", "status: ready", 4) in limit.pending()
+
+
 # -- status: the CLI shows the guard and the watcher ------------------------------------------
 
 
