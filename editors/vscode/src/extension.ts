@@ -157,6 +157,13 @@ async function menu(): Promise<void> {
 
 const partial = new Map<string, number>();
 
+// Escape on a suggestion: VS Code hides it and tells no extension (its
+// handleDidRejectCompletionItem hook is proposed API), so the key is ours too.
+async function dismiss(): Promise<void> {
+  setShown(undefined);
+  await vscode.commands.executeCommand('editor.action.inlineSuggest.hide');
+}
+
 async function acceptPartially(builtin: string): Promise<void> {
   const id = shownId;
   const document = vscode.window.activeTextEditor?.document;
@@ -269,8 +276,17 @@ function createClient(): LanguageClient {
   };
   const created = new LanguageClient('assistd', 'assistd', serverOptions, clientOptions);
   created.onNotification('assistd/status', (params: { state?: unknown; message?: unknown }) => {
+    const was = serverState.state;
     serverState = { state: String(params.state ?? ''), message: String(params.message ?? '') };
     updateStatus();
+    if (serverState.state === 'ready' && was !== 'ready') {
+      // A key pressed before the server was up asked nothing (or got nothing):
+      // VS Code asks again only at the next edit, so ask now for the editor in front.
+      const editor = vscode.window.activeTextEditor;
+      if (editor && enabledFor(editor.document)) {
+        void vscode.commands.executeCommand('editor.action.inlineSuggest.trigger');
+      }
+    }
   });
   created.onDidChangeState((event) => {
     if (event.newState === State.Stopped && client === created) {
@@ -353,6 +369,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const language = vscode.window.activeTextEditor?.document.languageId;
       return language ? toggle(language) : toggle();
     }),
+    vscode.commands.registerCommand('assistd.dismiss', dismiss),
     vscode.commands.registerCommand('assistd.acceptNextWord',
       () => acceptPartially('editor.action.inlineSuggest.acceptNextWord')),
     vscode.commands.registerCommand('assistd.acceptNextLine',
