@@ -139,7 +139,10 @@ async def run_config(work, proposer: str, args) -> dict:
         async with lsp_session(Path(tmp) / "history.db", root=repo,
                                settings={"proposer": proposer, "k": k,
                                          "maxLatencyMs": args.max_latency_ms,
-                                         "maxPromptTokens": args.max_prompt_tokens}) as (client, _):
+                                         "maxPromptTokens": args.max_prompt_tokens,
+                                         "crossFileTokens": args.cross_file_tokens}) as (client, _):
+            for h in history[:args.open_buffers]:  # open beside it: cross-file context
+                open_doc(client, repo / h.name, h.read_text())
             uri = open_doc(client, repo / path.name, doc)
             line, char = a - 1, utf16(lines[a - 1])
             t0 = time.perf_counter()
@@ -273,6 +276,10 @@ def main():
     ap.add_argument("--interval-ms", type=float, default=100)
     ap.add_argument("--pause-prob", type=float, default=0.3, help="a burst ends at a word's end")
     ap.add_argument("--history-files", type=int, default=6)
+    ap.add_argument("--open-buffers", type=int, default=0,
+                    help="history files also open in the editor (cross-file context)")
+    ap.add_argument("--cross-file-tokens", type=int, default=0,
+                    help="the server's setting crossFileTokens (0 = off, its default)")
     ap.add_argument("--file", type=Path, help="the document [default: chosen from the stdlib]")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write the results to this file")

@@ -11,6 +11,7 @@ history index are not thread-safe.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 from assistd.ground.ledger import Ledger
 from assistd.runtime.runtime import LOADING, Runtime
 from editors import prompting
+from editors.crossfile import CrossFile
 from editors.settings import Settings
 from storage.suggestions import Served
 
@@ -78,6 +80,11 @@ class Suggestion:
     stop_reason: str | None = None
     ledger: Ledger | None = None
     ms: float = 0.0
+    growable: bool = False  # the time budget cut it: :meth:`Completer.grow` may go on
+    # Characters of the suggestion, from its start, that accepting this answer gives:
+    # its text, plus what was typed through before it (the accept command carries it,
+    # so a suggestion that grew after this answer counts what was inserted).
+    covers: int = 0
 
     def as_dict(self) -> dict:
         return {"id": self.id, "text": self.text, "source": self.source,
@@ -91,6 +98,21 @@ class _Last:
     prefix: str
     suffix: str
     text: str  # the suggestion with "\n" line endings
+    served: Served
+    grown: bool = False  # longer than what was answered: serve it at the same place too
+
+
+@dataclass
+class _Grow:
+    """A suggestion the time budget cut, and what continuing its generation needs."""
+
+    uri: str
+    prompt: list[int]
+    tokens: list[int]  # every token generated so far (past the cut too)
+    plan: object
+    scope: str | None
+    pctx: prompting.CursorContext
+    ctx: prompting.CursorContext
     served: Served
 
 
@@ -109,6 +131,8 @@ class Counters:
     prompt_tokens_reused: int = 0
     prompt_tokens_evaluated: int = 0
     dismissed_places: int = 0  # requests answered empty: a suggestion was dismissed there
+    grown: int = 0  # suggestions made longer in the background after the budget cut them
+    tokens_grown: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -197,8 +221,10 @@ class Completer:
         self._windows: dict[str, int] = {}  # uri -> prompt window start (chars of prefix)
         self._last: dict[str, _Last] = {}
         self._pending: OrderedDict[str, Served] = OrderedDict()
+        self.crossfile = CrossFile()  # snippets of the other open buffers for the prompt
         self._place: dict[str, tuple[str, str]] = {}  # suggestion id -> (uri, place)
         self._dismissed: dict[str, OrderedDict[str, None]] = {}  # uri -> places
+        self._grow: _Grow | None = None  # the last answer, when the budget cut it
 
     # The runtime's parts (None before the first request opens them).
     target = property(lambda self: self.runtime and self.runtime.target)
@@ -253,6 +279,8 @@ class Completer:
         self._windows.clear()
         self._last.clear()
         self._dismissed.clear()
+        self._grow = None
+        self.crossfile.clear()
         if self.shared is not None:
             self._pending.clear()
             self._place.clear()
@@ -279,6 +307,7 @@ class Completer:
         if self.runtime is None or path is None:
             return
         self.runtime.resolve_scope(path.parent, refresh=True)
+        self.crossfile.touch(uri)
 
     def drop_buffer(self, uri: str) -> None:
         """A closed document leaves the live history and every per-document cache."""
@@ -288,6 +317,9 @@ class Completer:
         self._windows.pop(uri, None)
         self._last.pop(uri, None)
         self._dismissed.pop(uri, None)
+        if self._grow is not None and self._grow.uri == uri:
+            self._grow = None
+        self.crossfile.drop(uri)
 
     def _sync_buffers(self, scope: str, buffers: dict[str, str], current: str) -> None:
         """Open buffers of ``scope`` as history documents (tokenized when changed). The
@@ -342,7 +374,7 @@ class Completer:
         if scope is not None:
             self._sync_buffers(scope, {**req.buffers, req.uri: req.text}, req.uri)
         pctx = prompting.prompt_context(ctx)  # an auto-indent is left for the model to write
-        ids = self._prompt_ids(req.uri, pctx)
+        ids = self._prompt_ids(req.uri, pctx, self._cross_file(req, scope, pctx))
         plan = self.runtime.plan(s.proposer, s.k, req.language, history=scope is not None)
         name = plan.proposer
         stop = _with_budget(prompting.stop_at(pctx), s.max_latency_ms, t_ready)
@@ -371,27 +403,105 @@ class Completer:
             self._last[req.uri] = _Last(ctx.prefix, ctx.suffix, lf, served)
         else:
             self._last.pop(req.uri, None)
-        return Suggestion(id=sid if text else "", text=text, source="target",
+        growable = bool(text and not replace and getattr(stop, "budget_hit", False)
+                        and len(gen.tokens) < s.max_tokens)
+        self._grow = _Grow(req.uri, ids, list(gen.tokens), plan, scope, pctx, ctx,
+                           served) if growable else None
+        return Suggestion(id=sid if text else "", text=text, source="target", growable=growable,
+                          covers=len(text),
                           replace=replace, item_text=prompting.item_text(text, replace, ctx),
                           stop_reason=gen.stop_reason, ledger=gen.ledger,
                           ms=(time.perf_counter() - t0) * 1000)
 
+    def grow(self, cancelled) -> bool:
+        """Go on generating the last answer that the time budget cut (``maxLatencyMs``),
+        up to where it would have ended without a budget (end of line or block,
+        ``maxTokens``), while the user reads it; ``cancelled()`` (a newer request) ends it
+        within one round, keeping what it committed. The longer text is served by
+        type-through and to the next request at the same place, under the same id. The
+        prompt is the first generation's prompt plus its tokens, all in the KV cache:
+        the continuation is exactly what one uncut generation would have given (greedy).
+        Returns True when the suggestion grew."""
+        g, self._grow = self._grow, None
+        last = self._last.get(g.uri) if g is not None else None
+        if g is None or last is None or last.served is not g.served or cancelled():
+            return False  # accepted, dismissed or replaced meanwhile
+        t0, t = time.perf_counter(), self.target
+        head = t.detokenize(g.tokens, prev=g.prompt)
+        base = prompting.stop_at(g.pctx)
+
+        def stop(new: str) -> int | None:
+            cut = base(head + new)
+            return None if cut is None else max(0, cut - len(head))
+
+        gen = self.runtime.run(g.prompt + g.tokens, g.plan, scope=g.scope,
+                               max_tokens=self.settings.max_tokens - len(g.tokens),
+                               stop_at=stop, cancelled=cancelled, owner=self.owner)
+        c = self.counters
+        c.tokens_generated += len(gen.tokens)
+        c.prompt_tokens_reused += gen.ledger.prompt_tokens_reused
+        c.prompt_tokens_evaluated += gen.ledger.prompt_tokens_evaluated
+        total = head + gen.text
+        cut = base(total)
+        _, text = prompting.fit(prompting.postprocess(total[:cut], g.pctx), g.ctx)
+        eol = g.ctx.eol
+        lf = text.replace(eol, "\n") if eol != "\n" else text
+        if self._last.get(g.uri) is not last or len(lf) <= len(last.text) or \
+                not lf.startswith(last.text):
+            return False
+        last.text, last.grown = lf, True
+        last.served = dataclasses.replace(g.served, text=text)  # what an accept stores
+        if g.served.id in self._pending:
+            self._pending[g.served.id] = last.served
+        c.grown += 1
+        c.tokens_grown += len(gen.tokens)
+        log.debug("grew a suggestion by %d tokens (%s) in %.0f ms", len(gen.tokens),
+                  gen.stop_reason, (time.perf_counter() - t0) * 1000)
+        return True
+
     def _type_through(self, uri: str, ctx: prompting.CursorContext) -> Suggestion | None:
-        """The user typed the start of the last suggestion: serve the rest, no Target call."""
+        """The user typed the start of the last suggestion: serve the rest, no Target call
+        (and the same place again, once :meth:`grow` made the suggestion longer)."""
         last = self._last.get(uri)
         if last is None or ctx.suffix != last.suffix or not ctx.prefix.startswith(last.prefix):
             return None
         typed = ctx.prefix[len(last.prefix):]
-        if not typed or not last.text.startswith(typed) or len(last.text) == len(typed):
+        if (not typed and not last.grown) or not last.text.startswith(typed) or \
+                len(last.text) == len(typed):
             return None
         rest = last.text[len(typed):]
         text = rest.replace("\n", ctx.eol) if ctx.eol != "\n" else rest
         return Suggestion(id=last.served.id, text=text, source="type-through",
-                          item_text=prompting.item_text(text, 0, ctx))
+                          item_text=prompting.item_text(text, 0, ctx),
+                          covers=len(typed) + len(text))
 
-    def _prompt_ids(self, uri: str, ctx: prompting.CursorContext) -> list[int]:
-        """Token ids of the prompt: FIM when the model declares FIM tokens (and ``fim`` is
-        "auto"), else the text before the cursor.
+    def _prompt_budget(self) -> int:
+        """Prompt tokens after the BOS: ``maxPromptTokens``, less where nCtx is short."""
+        s = self.settings
+        return min(s.max_prompt_tokens, self.target.n_ctx - s.max_tokens - 1) - 1
+
+    def _cross_file(self, req: Request, scope: str | None,
+                    ctx: prompting.CursorContext) -> list[int]:
+        """The cross-file part of the prompt (:mod:`editors.crossfile`): snippets of the
+        scope's other open buffers, at most ``crossFileTokens`` and half the prompt budget;
+        [] when off, outside a scope, or when no buffer has a similar chunk."""
+        budget = min(self.settings.cross_file_tokens, self._prompt_budget() // 2)
+        if scope is None or budget <= 0:
+            self.crossfile.drop_pick(req.uri)
+            return []
+        for uri, text in req.buffers.items():
+            entry = self._buffers.get(uri)  # in this scope and not too large: _sync_buffers
+            if entry is not None and entry[1] == scope and uri != req.uri:
+                self.crossfile.update(uri, scope, self._rel(uri, scope), text, entry[2])
+        return self.crossfile.context(req.uri, scope, self._rel(req.uri, scope), ctx.prefix,
+                                      ctx.suffix, budget, self.target.tokenize)
+
+    def _prompt_ids(self, uri: str, ctx: prompting.CursorContext,
+                    cross: list[int] | tuple = ()) -> list[int]:
+        """Token ids of the prompt: ``cross`` (the cross-file part, taken from the budget)
+        then FIM when the model declares FIM tokens (and ``fim`` is "auto"), else the text
+        before the cursor. The cross-file part comes before the FIM prefix token, where
+        llama.cpp's ``/infill`` puts ``input_extra``.
 
         The window of the prefix starts at a remembered line start per document, moved
         forward by half the budget only when the prefix outgrows it: typing then only
@@ -399,7 +509,8 @@ class Completer:
         re-evaluating a shifted window on every keystroke.
         """
         t, s = self.target, self.settings
-        budget = min(s.max_prompt_tokens, t.n_ctx - s.max_tokens - 1) - 1  # - BOS
+        cross = list(cross)
+        budget = self._prompt_budget() - len(cross)
         fim = t.fim_tokens() if s.fim == "auto" else None
         tail: list[int] = []
         if fim is not None:
@@ -420,7 +531,8 @@ class Completer:
             ids = t.tokenize(prefix[start:])
             ids = ids[-budget:]
         self._windows[uri] = start
-        head = [t.bos_token_id] if t.bos_token_id is not None and (t.add_bos or not ids) else []
+        bos = t.bos_token_id is not None and (t.add_bos or not (cross or ids))
+        head = [t.bos_token_id, *cross] if bos else cross
         if fim is not None:
             return head + [fim[0], *ids, *tail]
         return head + ids
@@ -437,10 +549,13 @@ class Completer:
     def event(self, sid: str, event: str, accepted_chars: int = 0) -> bool:
         """The editor reports on suggestion ``sid`` ("shown", "accepted", "partial" with
         ``accepted_chars`` characters, "dismissed"); stored unless ``telemetry`` is off.
-        False when ``sid`` is unknown (too old)."""
+        For "accepted", ``accepted_chars`` > 0 is the answer's :attr:`Suggestion.covers`
+        (the suggestion may have grown since). False when ``sid`` is unknown (too old)."""
         served = self._pending.get(sid)
         if served is None:
             return False
+        if event == "accepted" and 0 < accepted_chars < len(served.text):
+            served = dataclasses.replace(served, text=served.text[:accepted_chars])
         if event == "dismissed":
             self._dismiss(sid)
         if event in ("accepted", "dismissed"):
@@ -479,7 +594,8 @@ class Completer:
         """Sizes of the per-document state (bounded: closing a document empties its share)."""
         return {"buffers_indexed": len(self._buffers), "prompt_windows": len(self._windows),
                 "type_through_entries": len(self._last), "pending_suggestions": len(self._pending),
-                "history_tokens": self.index.tokens() if self.index is not None else 0}
+                "history_tokens": self.index.tokens() if self.index is not None else 0,
+                **self.crossfile.state()}
 
     @staticmethod
     def _rel(uri: str, scope: str | None) -> str:

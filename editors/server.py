@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -226,6 +227,7 @@ class AssistdServer(LanguageServer):
         self._main: asyncio.Task | None = None  # pygls's read loop (stop() cancels it)
         self._status: tuple[str, str] | None = None  # (state, message) last sent
         self._initialized = False  # notifications may go out (initialize answered)
+        self._growing: threading.Event | None = None  # set: the background growth stops
 
     async def run(self, fn, *args):
         """Run ``fn(*args)`` on the engine thread without blocking the event loop."""
@@ -250,6 +252,7 @@ class AssistdServer(LanguageServer):
         if self._stopped:
             return
         self._stopped = True
+        self.stop_growing()
         for req in self.latest.values():
             req.cancel.set()
         if self._stop_event is not None:
@@ -280,6 +283,7 @@ class AssistdServer(LanguageServer):
         """After :meth:`start_io` returned, in-process: close the engine on its thread,
         waiting at most ``timeout`` seconds. A model still loading is not waited for
         (the process exits: every ledger row is committed already)."""
+        self.stop_growing()
         for req in self.latest.values():
             req.cancel.set()
         if self.loading is not None and not self.loading.done():
@@ -359,6 +363,12 @@ class AssistdServer(LanguageServer):
         self._progress = token
         self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
             title="assistd", message=self._stage, cancellable=False))
+
+    def stop_growing(self) -> None:
+        """End the background growth of the last suggestion, if any (one round at most)."""
+        if self._growing is not None:
+            self._growing.set()
+            self._growing = None
 
     def report(self, error: BaseException) -> None:
         """An error the user must see: ``window/showMessage`` once per message, the log,
@@ -444,6 +454,7 @@ class AssistdServer(LanguageServer):
         older = self.latest.get(uri)
         if older is not None:
             older.cancel.set()  # latest wins
+        self.stop_growing()  # the engine is needed now
         self.latest[uri] = req
         t0 = time.perf_counter()
         try:
@@ -461,6 +472,11 @@ class AssistdServer(LanguageServer):
                 del self.latest[uri]
         if result.source != "cancelled":
             self.set_status()  # a request that worked after one that failed: ready again
+        if result.growable and not self._stopped:
+            # Cut by the time budget: the engine goes on with it while the user reads
+            # (Completer.grow), until the next request needs the engine.
+            self._growing = threading.Event()
+            self.submit(self.completer.grow, self._growing.is_set)
         _log_request(method, req, result, (time.perf_counter() - t0) * 1000)
         return result if result.text else None
 
@@ -502,8 +518,10 @@ def _snippets(caps: types.ClientCapabilities | None) -> bool:
 
 
 def _item_command(s: Suggestion) -> types.Command:
+    # length: the characters this answer inserts, counted from the suggestion's start
+    # (the suggestion may grow after it is answered: an accept counts what went in).
     return types.Command(title="assistd: suggestion accepted", command=ACCEPTED,
-                         arguments=[{"id": s.id}])
+                         arguments=[{"id": s.id, "length": s.covers}])
 
 
 def _param(params: Any, name: str, default=None):
@@ -595,8 +613,10 @@ def build_server(settings: Settings | None = None, completer=None,
     @server.command(ACCEPTED)
     async def accepted(ls: AssistdServer, *args):
         sid = _param(args[0], "id") if args else None
+        length = _param(args[0], "length", 0) if args else 0
         if sid:
-            ls.submit(ls.completer.event, str(sid), "accepted")
+            ls.submit(ls.completer.event, str(sid), "accepted",
+                      length if isinstance(length, int) and length > 0 else 0)
         return None
 
     @server.command(STATS)
@@ -626,11 +646,13 @@ def build_server(settings: Settings | None = None, completer=None,
     @server.feature(types.EXIT)
     def exit_(ls: AssistdServer, params):
         ls._stopped = True  # pygls exits now; a client gone meanwhile must not exit twice
+        ls.stop_growing()
         for req in ls.latest.values():
             req.cancel.set()
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: AssistdServer, params):
+        ls.stop_growing()
         for req in ls.latest.values():
             req.cancel.set()
         # Cancel pending requests here, over a copy: pygls 2.1 cancels them while

@@ -31,6 +31,11 @@ class Settings:
     max_prompt_tokens: prompt window before the cursor, tokens (``maxPromptTokens``).
     max_suffix_chars:  text after the cursor given to a FIM model, characters (``maxSuffixChars``).
     fim:               "auto" (FIM when the model declares FIM tokens) or "off" (``fim``).
+    cross_file_tokens: prompt tokens for snippets of the scope's other open buffers, placed
+                       before the document's window and taken from its budget (at most half
+                       of it); 0 = off, the default: on real edits the embedded model accepted
+                       no more with them (``crossFileTokens``, e.g. 256; :mod:`editors.crossfile`,
+                       benchmarks/crossfile_edits.py).
     max_latency_ms:    generation time budget per suggestion, ms; when it runs out the
                        suggestion is what was generated, cut at a word boundary; 0 = none
                        (``maxLatencyMs``; like llama.vim's ``t_max_predict_ms``).
@@ -48,6 +53,7 @@ class Settings:
     max_prompt_tokens: int = 1024
     max_suffix_chars: int = 2000
     fim: str = "auto"
+    cross_file_tokens: int = 0
     max_latency_ms: int = 250
     db: str | None = None
     enabled: bool = True
@@ -106,6 +112,8 @@ def _check(name: str, value: Any) -> Any:
         return integer(16, 1 << 20)
     if name == "max_latency_ms":
         return integer(0, 60_000)
+    if name == "cross_file_tokens":
+        return integer(0, 1 << 20)
     if name == "max_suffix_chars":
         return integer(0, 1 << 20)
     if name == "fim":

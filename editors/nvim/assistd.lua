@@ -27,6 +27,7 @@ local SERVER_KEYS = {
   maxTokens = true, -- default 64
   maxPromptTokens = true, -- default 1024 (tokens before the cursor)
   maxSuffixChars = true, -- default 2000 (characters after the cursor, for FIM)
+  crossFileTokens = true, -- default 0 (off): prompt tokens for snippets of other open files
   maxLatencyMs = true, -- default 250 (generation time budget per suggestion, ms; 0 = none)
   nCtx = true, -- default 2048 (the model's context window)
   fim = true, -- 'auto' | 'off'

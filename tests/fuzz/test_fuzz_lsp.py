@@ -263,7 +263,8 @@ def test_raw_did_change_params_keep_the_server_answering(lsp, data):
 # Settings whose valid values are costly to apply in a test (a new Target, a context
 # window of a million tokens) are fuzzed with wrong values only, by the JSON strategy.
 KNOWN = ["proposer", "k", "maxTokens", "maxPromptTokens", "maxSuffixChars", "fim",
-         "maxLatencyMs", "enabled", "telemetry", "model", "backend", "nCtx", "db"]
+         "maxLatencyMs", "enabled", "telemetry", "model", "backend", "nCtx", "db",
+         "crossFileTokens"]
 SETTING_VALUE = JSON.filter(lambda v: not isinstance(v, int) or isinstance(v, bool) or v < 0)
 
 

@@ -24,7 +24,7 @@ import {
 // server cannot see, so the extension asks for nothing where it is off.
 const SERVER_KEYS = [
   'model', 'backend', 'proposer', 'k', 'maxTokens', 'maxPromptTokens',
-  'maxSuffixChars', 'maxLatencyMs', 'nCtx', 'fim', 'db', 'telemetry',
+  'maxSuffixChars', 'maxLatencyMs', 'nCtx', 'fim', 'db', 'telemetry', 'crossFileTokens',
 ] as const;
 
 // The command the server puts on each inline item; VS Code runs it (through the
