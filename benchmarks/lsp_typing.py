@@ -2,11 +2,15 @@
 
     .venv/bin/python benchmarks/lsp_typing.py [--proposer suffix --proposer none] [--k auto]
         [--lines 30] [--interval-ms 100] [--pause-prob 0.3] [--seed 0] [--json FILE]
-        [--max-latency-ms 250] [--max-prompt-tokens 1024]
+        [--max-latency-ms 250] [--max-prompt-tokens 1024] [--edit]
+        [--open-buffers N --cross-file-tokens T]
 
-The issue's goal: on this CPU with the embedded model, a 2,000-token Python file,
+The goal (issue 22): on this CPU with the embedded model, a 2,000-token Python file,
 keystrokes every 100 ms, the time from the last keystroke to a single-line suggestion is
-p50 <= 150 ms and p95 <= 400 ms.
+p50 <= 100 ms and p95 <= 250 ms, with the suggestions that grow after the budget cut
+them; with ``--edit`` (the history holds an earlier version of the file) ``suffix``
+reaches <= 0.8x plain decoding's p50; a suggestion the file goes on with is >= 20
+characters on average.
 
 Workload: the first public stdlib module (by name, 5.5-9.5 KB) of 1,800-2,200 Target
 tokens (or ``--file``), opened with ``--lines`` consecutive lines deleted (seeded, after
@@ -135,6 +139,13 @@ async def run_config(work, proposer: str, args) -> dict:
         (repo / ".git").mkdir(parents=True)
         for h in history:
             (repo / h.name).write_text(h.read_text())
+        if args.edit:
+            # The edit situation: the file on disk (so in the history) is an earlier
+            # version of the buffer: the re-typed lines as they were, but one in five
+            # missing (lines this edit adds), the rest of the file the same.
+            region = lines[a:a + args.lines]
+            old = lines[:a] + [x for i, x in enumerate(region) if i % 5 != 4] + lines[a + args.lines:]
+            (repo / path.name).write_text("\n".join(old))
         k = args.k if args.k == "auto" else int(args.k)
         async with lsp_session(Path(tmp) / "history.db", root=repo,
                                settings={"proposer": proposer, "k": k,
@@ -224,7 +235,10 @@ async def run_config(work, proposer: str, args) -> dict:
         "prefix_reuse": d["prompt_tokens_reused"] / reuse_den if reuse_den else None,
         "cancelled_token_share": d["tokens_cancelled"] / d["tokens_generated"]
         if d["tokens_generated"] else None,
-        "server": d, "goal_met": p50 is not None and p50 <= 150 and p95 <= 400,
+        "mean_matched_chars": sum(len(b["text"]) for b in shown if b["matched"])
+        / max(1, sum(b["matched"] for b in shown)),
+        "edit": args.edit,
+        "server": d, "goal_met": p50 is not None and p50 <= 100 and p95 <= 250,
         "trace": sorted(trace),
     }
 
@@ -252,6 +266,8 @@ ROWS = [  # (label, the cell of one result)
     ("type-through: bursts; requests", lambda r: f"{r['type_through_bursts']}; "
      f"{r['server']['type_through']} of {r['server']['requests']}"),
     ("suggestion the file goes on with", lambda r: f"{r['matched']} ({r['matched_chars']} chars)"),
+    ("chars per suggestion the file goes on with (goal >= 20)",
+     lambda r: fmt(r["mean_matched_chars"], ".1f")),
     ("prefix-cache reuse (tokens reused / evaluated)", lambda r: f"{fmt(r['prefix_reuse'], '.3f')}"
      f" ({r['server']['prompt_tokens_reused']} / {r['server']['prompt_tokens_evaluated']})"),
     ("generations (cancelled before start / during)", lambda r: f"{r['server']['generations']} "
@@ -259,7 +275,7 @@ ROWS = [  # (label, the cell of one result)
     ("tokens cancelled / generated", lambda r: f"{r['server']['tokens_cancelled']} / "
      f"{r['server']['tokens_generated']} ({fmt(r['cancelled_token_share'], '.2f')})"),
     ("warm-up ms / typing s", lambda r: f"{r['warmup_ms']} / {r['typing_s']}"),
-    ("goal p50 <= 150, p95 <= 400", lambda r: "met" if r["goal_met"] else "NOT met"),
+    ("goal p50 <= 100, p95 <= 250", lambda r: "met" if r["goal_met"] else "NOT met"),
 ]
 
 
@@ -276,6 +292,9 @@ def main():
     ap.add_argument("--interval-ms", type=float, default=100)
     ap.add_argument("--pause-prob", type=float, default=0.3, help="a burst ends at a word's end")
     ap.add_argument("--history-files", type=int, default=6)
+    ap.add_argument("--edit", action="store_true",
+                    help="the history holds an earlier version of the file (1 in 5 of the"
+                         " re-typed lines missing): the edit situation")
     ap.add_argument("--open-buffers", type=int, default=0,
                     help="history files also open in the editor (cross-file context)")
     ap.add_argument("--cross-file-tokens", type=int, default=0,
@@ -312,6 +331,12 @@ def main():
     for name, cell in ROWS:
         table.add_row(name, *(cell(r) for r in results))
     Console(width=140).print(table)
+    plain = next((r for r in results if r["proposer"] == "none"), None)
+    for r in results:
+        if plain is not None and r is not plain and r["single_p50_ms"] and plain["single_p50_ms"]:
+            ratio = r["single_p50_ms"] / plain["single_p50_ms"]
+            goal = " (goal with --edit: <= 0.80)" if args.edit else ""
+            print(f"{label(r)} / plain, single-line p50: {ratio:.2f}x{goal}")
     if args.json:  # a timed-out burst's latency is written as Infinity
         args.json.write_text(json.dumps({
             "file": path.name, "tokens": n_tokens, "region_line": a + 1,
