@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from assistd.ground.sampling import TokenDistribution
+from assistd.targets.base import TokenTree
 
 # The one near-tie bound, for the tests and `assistd bench` alike: greedy speculative
 # output may first differ from plain decoding only where plain decoding's top-2 logit
@@ -33,6 +34,33 @@ def greedy_accept(draft: np.ndarray, target_argmax: np.ndarray) -> int:
     k = len(draft)
     mismatch = np.flatnonzero(draft != target_argmax[:k])
     return int(mismatch[0]) if len(mismatch) else k
+
+
+def greedy_accept_tree(tree: TokenTree, target_argmax: Sequence[int] | np.ndarray) -> tuple[list[int], int]:
+    """Greedy verification of a token tree (SpecInfer, Miao et al. 2024; Medusa).
+
+    target_argmax: int ``[len(tree)]``, the Target's argmax at every node (from
+    :meth:`Target.evaluate_tree`). Walk from the root, each time to the child whose
+    token equals the argmax at the current node; stop where no child does. Returns
+    ``(path, token)``: node indices from the root (included) to the last accepted node,
+    and the Target's argmax there (the correction, or the bonus token at a leaf). A
+    round commits ``[tree.tokens[i] for i in path[1:]]`` then ``token``: the longest
+    branch that agrees with the Target plus one Target token, which is what greedy
+    decoding commits (for a chain, :func:`greedy_accept`).
+
+    >>> tree = TokenTree((9, 5, 6, 7, 8), (-1, 0, 0, 2, 2))  # 9 -> {5, 6 -> {7, 8}}
+    >>> greedy_accept_tree(tree, np.array([6, 0, 8, 0, 3]))
+    ([0, 2, 4], 3)
+    >>> greedy_accept_tree(tree, np.array([4, 0, 8, 0, 3]))
+    ([0], 4)
+    """
+    path = [0]
+    while True:
+        want = int(target_argmax[path[-1]])
+        nxt = next((c for c in tree.children(path[-1]) if tree.tokens[c] == want), None)
+        if nxt is None:
+            return path, want
+        path.append(nxt)
 
 
 def top2_gap(logits: np.ndarray) -> float:

@@ -10,6 +10,13 @@ A Target may keep several KV sequences (``n_seq_max``, each up to ``n_ctx`` toke
 :meth:`Target.use_sequence` picks the one that ``evaluate``, ``truncate`` and
 ``reuse_prefix`` act on, so that several clients keep their prefixes warm. Which
 client gets which sequence is the runtime's choice (``assistd.runtime.sequences``).
+
+Token trees (docs/design.md, "Contracts the next pieces build on"): :class:`TokenTree`
+holds a round's draft as a tree; :meth:`Target.evaluate_tree` evaluates every node in
+one round (SpecInfer, Miao et al. 2024; Medusa's tree attention) and
+:meth:`Target.keep_path` keeps the accepted root-to-node path in the cache. The base
+class evaluates a tree as one chain per branch, sharing prefixes; backends override
+the ``_evaluate_tree`` / ``_keep_path`` / ``_drop_tree`` hooks with one batch.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -68,6 +76,107 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if len(diff) else n
 
 
+@dataclass(frozen=True)
+class TokenTree:
+    """A round's draft as a tree of tokens, nodes in topological order.
+
+    ``tokens``: int ``[n]``; ``parents``: int ``[n]`` with ``parents[0] == -1`` and
+    ``0 <= parents[i] < i`` otherwise; ``probs``: an optional estimate per node (the
+    proposer's chance that the node is accepted), carried, never used by a Target.
+    Node 0 is the root: the last committed token, whose logits predict the first
+    draft tokens (the ``last`` of a chain round's ``[last] + draft``). ``depth[i]`` is
+    the node's position offset: node i sits at position ``n_past + depth[i]``.
+    Siblings must carry different tokens. Raises ValueError for a tree that breaks
+    any of these rules.
+
+    A Target keeps the accepted path's KV cheapest when it is a prefix ``0, 1, ..., j``
+    of the node order, so put the likeliest branch first (depth-first, likeliest
+    child first), as a chain is: ``TokenTree.chain([last, d1, d2])``.
+
+    >>> t = TokenTree((7, 1, 2, 3), (-1, 0, 1, 0))
+    >>> t.depth, t.children(0), t.leaves(), t.path_to(2)
+    ((0, 1, 2, 1), [1, 3], [2, 3], [0, 1, 2])
+    >>> TokenTree((7, 1, 1), (-1, 0, 0))
+    Traceback (most recent call last):
+    ...
+    ValueError: nodes 1 and 2 are siblings with the same token 1
+    """
+
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    probs: tuple[float, ...] | None = None
+    depth: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _children: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        tokens, parents = tuple(int(t) for t in self.tokens), tuple(int(p) for p in self.parents)
+        if not tokens:
+            raise ValueError("a token tree needs at least its root")
+        if len(parents) != len(tokens):
+            raise ValueError(f"{len(tokens)} tokens but {len(parents)} parents")
+        if self.probs is not None and len(self.probs) != len(tokens):
+            raise ValueError(f"{len(tokens)} tokens but {len(self.probs)} probs")
+        if parents[0] != -1:
+            raise ValueError(f"node 0 is the root: its parent must be -1, not {parents[0]}")
+        if min(tokens) < 0:
+            raise ValueError(f"token ids must be >= 0, got {min(tokens)}")
+        depth, children = [0], [[] for _ in tokens]
+        for i in range(1, len(tokens)):
+            p = parents[i]
+            if not 0 <= p < i:
+                raise ValueError(f"node {i}: parent {p} is not an earlier node (0..{i - 1})")
+            for c in children[p]:
+                if tokens[c] == tokens[i]:
+                    raise ValueError(f"nodes {c} and {i} are siblings with the same token {tokens[i]}")
+            children[p].append(i)
+            depth.append(depth[p] + 1)
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "parents", parents)
+        object.__setattr__(self, "depth", tuple(depth))
+        object.__setattr__(self, "_children", tuple(tuple(c) for c in children))
+
+    @classmethod
+    def chain(cls, tokens: Sequence[int]) -> TokenTree:
+        """The tree of one branch: ``[last] + draft`` as a chain round evaluates it."""
+        return cls(tuple(tokens), tuple(range(-1, len(tokens) - 1)))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def children(self, i: int) -> list[int]:
+        """Child nodes of node ``i``, in node order."""
+        return list(self._children[i])
+
+    def leaves(self) -> list[int]:
+        """Nodes without children, in depth-first order (children in node order)."""
+        out, stack = [], [0]
+        while stack:
+            i = stack.pop()
+            if self._children[i]:
+                stack.extend(reversed(self._children[i]))
+            else:
+                out.append(i)
+        return out
+
+    def path_to(self, i: int) -> list[int]:
+        """Node indices from the root to node ``i``, both included."""
+        path = [i]
+        while self.parents[path[-1]] >= 0:
+            path.append(self.parents[path[-1]])
+        return path[::-1]
+
+    def check_path(self, path: Sequence[int]) -> list[int]:
+        """``path`` as a list of ints when it starts at the root and each node is the
+        child of the one before; raises ValueError otherwise."""
+        path = [int(i) for i in path]
+        if not path or path[0] != 0:
+            raise ValueError(f"a path starts at the root, node 0: {path}")
+        for a, b in zip(path, path[1:]):
+            if not 0 < b < len(self.tokens) or self.parents[b] != a:
+                raise ValueError(f"node {b} is not a child of node {a} in path {path}")
+        return path
+
+
 class Target:
     """Base class for Target backends.
 
@@ -103,6 +212,8 @@ class Target:
     def __init__(self) -> None:
         self._kv: list[list[int]] = [[]]  # per sequence: the tokens whose K/V are cached
         self.seq = 0  # the sequence evaluate/truncate/reuse_prefix act on
+        self._tree: tuple[int, TokenTree, int] | None = None  # (seq, tree, n_past) until keep_path
+        self._tree_cached: list[int] = []  # fallback: the tree nodes cached after evaluate_tree
 
     def _init_sequences(self, n: int) -> None:
         self.n_seq_max, self._kv, self.seq = n, [[] for _ in range(n)], 0
@@ -117,6 +228,7 @@ class Target:
         ValueError for a sequence this Target does not keep."""
         if not 0 <= seq < self.n_seq_max:
             raise ValueError(f"sequence {seq} is not in 0..{self.n_seq_max - 1}")
+        self._settle_tree()
         self.seq = seq
 
     def sequence_tokens(self, seq: int) -> list[int]:
@@ -147,6 +259,7 @@ class Target:
         """
         tokens = [int(t) for t in tokens]
         rows = list(logits_rows)
+        self._settle_tree()
         if self.n_past + len(tokens) > self.n_ctx:
             raise ValueError(
                 f"evaluating {len(tokens)} tokens at position {self.n_past} exceeds n_ctx={self.n_ctx}"
@@ -162,6 +275,7 @@ class Target:
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` positions of the KV cache and drop the rest."""
+        self._settle_tree()
         if n < self.n_past:
             self._truncate(n)
             del self.kv_tokens[n:]
@@ -176,6 +290,100 @@ class Target:
         n = common_prefix_length(self.kv_tokens, tokens)
         self.truncate(n)
         return n
+
+    # -- token trees -----------------------------------------------------------
+
+    def evaluate_tree(self, tree: TokenTree) -> np.ndarray:
+        """Append ``tree`` after the cached tokens and return logits for every node.
+
+        Node i sits at position ``n_past + tree.depth[i]`` and attends to the cached
+        tokens and to its own ancestors only (SpecInfer's tree attention, Miao et al.
+        2024), so its row is the row a chain evaluation of ``tree.path_to(i)`` gives.
+        Returns float32 ``[len(tree), n_vocab]``, raw logits. The tree stays pending
+        until :meth:`keep_path`; ``kv_tokens`` and ``n_past`` do not change until
+        then, and any other call on this Target (evaluate, truncate, use_sequence,
+        another tree) drops it first. Raises ValueError for a token id outside the
+        vocabulary or when the tree's nodes would run past ``n_ctx`` (``n_past +
+        len(tree)`` cells; ``TokenTree`` itself refuses a malformed tree), and
+        RuntimeError when the backend fails; either way the cache is left as it was.
+        """
+        self._settle_tree()
+        if max(tree.tokens) >= self.n_vocab:
+            raise ValueError(f"token id {max(tree.tokens)} is outside the vocabulary "
+                             f"(n_vocab={self.n_vocab})")
+        before = self.n_past
+        if before + len(tree) > self.n_ctx:
+            raise ValueError(f"a tree of {len(tree)} nodes at position {before} exceeds n_ctx={self.n_ctx}")
+        try:
+            out = self._evaluate_tree(tree, before)
+        except BaseException:
+            self._drop_tree(tree, before)
+            raise
+        self._tree = (self.seq, tree, before)
+        return out
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """Keep the pending tree's root-to-node ``path`` (node indices, root included)
+        as the sequence's continuation and drop every other node: ``kv_tokens`` then
+        ends with ``[tree.tokens[i] for i in path]``, as if that chain had been
+        evaluated. Raises RuntimeError when no tree is pending and ValueError for a
+        path that is not one (the tree then stays pending); on a backend failure
+        (RuntimeError) the whole tree is dropped, leaving the cache as it was before
+        :meth:`evaluate_tree`.
+        """
+        if self._tree is None or self._tree[0] != self.seq:
+            raise RuntimeError("keep_path needs a tree from evaluate_tree on this sequence")
+        _, tree, before = self._tree
+        path = tree.check_path(path)
+        self._tree = None
+        try:
+            self._keep_path(tree, path, before)
+        except BaseException:
+            self._drop_tree(tree, before)
+            raise
+        self.kv_tokens.extend(tree.tokens[i] for i in path)
+
+    def _settle_tree(self) -> None:
+        """Drop a tree still pending (no keep_path came), in the sequence it was evaluated in."""
+        if self._tree is not None:
+            seq, tree, before = self._tree
+            self._tree = None
+            current, self.seq = self.seq, seq
+            try:
+                self._drop_tree(tree, before)
+            finally:
+                self.seq = current
+
+    def _evaluate_tree(self, tree: TokenTree, n_past: int) -> np.ndarray:
+        """Fallback for every backend: each branch as a chain, depth first, sharing the
+        prefix already cached (truncate to the fork, evaluate the rest), so each node
+        is evaluated once and exactly as a chain evaluates it. Leaves the last
+        branch's nodes cached (``self._tree_cached``)."""
+        out = np.empty((len(tree), self.n_vocab), dtype=np.float32)
+        cached = self._tree_cached = []
+        for leaf in tree.leaves():
+            branch = tree.path_to(leaf)
+            keep = common_prefix_length(cached, branch)
+            if keep < len(cached):
+                self._truncate(n_past + keep)
+                del cached[keep:]
+            new = branch[keep:]
+            out[new] = self._evaluate([tree.tokens[i] for i in new], list(range(len(new))), n_past + keep)
+            cached.extend(new)
+        return out
+
+    def _keep_path(self, tree: TokenTree, path: list[int], n_past: int) -> None:
+        """Fallback: keep what the last branch shares with ``path``, evaluate the rest."""
+        cached = self._tree_cached
+        keep = common_prefix_length(cached, path)
+        self._truncate(n_past + keep)
+        rest = [tree.tokens[i] for i in path[keep:]]
+        if rest:
+            self._evaluate(rest, [], n_past + keep)
+
+    def _drop_tree(self, tree: TokenTree, n_past: int) -> None:
+        """Return the cache to the ``n_past`` tokens it held before the tree."""
+        self._truncate(n_past)
 
     # -- backend hooks -------------------------------------------------------
 

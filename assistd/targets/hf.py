@@ -6,9 +6,13 @@ tokenizer are then cached under ``<cache>/torch-weights/<sha256 of the file>/``
 (``<cache>``: ``$ASSISTD_CACHE_DIR``, else the user cache dir), so later loads of the
 same bytes skip the conversion (~4 s, mostly transformers' own imports). Evaluation feeds explicit positions into a ``DynamicCache`` and
 projects only the requested rows onto the vocabulary (``logits_to_keep``); rollback
-crops the cache. For a GGUF file the tokenizer agrees with llama.cpp's: same vocab
-text (so the same fingerprint and history), end-of-generation ids, pre-tokenizer
-split and piece bytes.
+crops the cache. A token tree goes in one forward with a 4-D additive attention mask
+(cached tokens visible, within the tree ancestors only; one per layer type where the
+model has sliding-window layers) and explicit position ids ``n_past + depth``, as
+Medusa's and SpecInfer's tree attention do; the cache is then cut to the cached tokens
+plus the accepted path, its rows gathered into place. For a GGUF file the tokenizer
+agrees with llama.cpp's: same vocab text (so the same fingerprint and history),
+end-of-generation ids, pre-tokenizer split and piece bytes.
 """
 
 from __future__ import annotations
@@ -215,6 +219,57 @@ class TorchTarget(Target):
                 if keep:
                     out[[i for i, _ in keep]] = logits[0].float().cpu().numpy()
         return out
+
+    def _evaluate_tree(self, tree, n_past: int) -> np.ndarray:
+        """All nodes in one forward: positions ``n_past + depth``, a 4-D mask
+        ``[1, 1, n, n_past + n]`` (0 where a node may attend, the dtype's minimum
+        elsewhere), and for sliding-window layers the same mask with keys more than
+        ``sliding_window - 1`` positions back masked too. Logits for every node."""
+        torch = self._torch
+        if self._cache.get_seq_length() != n_past:
+            raise RuntimeError(f"KV cache holds {self._cache.get_seq_length()} positions, "
+                               f"expected {n_past}")
+        n, dev = len(tree), self.device
+        ancestor = torch.zeros((n, n), dtype=torch.bool)
+        for i, p in enumerate(tree.parents):
+            if p >= 0:
+                ancestor[i] = ancestor[p]
+            ancestor[i, i] = True
+        visible = torch.cat([torch.ones((n, n_past), dtype=torch.bool), ancestor], dim=1)
+        q_pos = n_past + torch.tensor(tree.depth)
+        k_pos = torch.cat([torch.arange(n_past), q_pos])
+        low = torch.finfo(self.model.dtype).min
+
+        def additive(allowed):
+            zero = torch.zeros((), dtype=self.model.dtype)
+            return torch.where(allowed, zero, low)[None, None].to(dev)
+
+        config = self.model.config.get_text_config()
+        window = getattr(config, "sliding_window", None)
+        mask = additive(visible)
+        if window and "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+            recent = (q_pos[:, None] - k_pos[None, :]) < window
+            mask = {"full_attention": mask, "sliding_attention": additive(visible & recent)}
+        with torch.inference_mode():
+            logits = self.model(
+                input_ids=torch.tensor([list(tree.tokens)], device=dev),
+                position_ids=q_pos[None].to(dev),
+                attention_mask=mask,
+                logits_to_keep=0,  # every row
+                use_cache=True,
+                **{self._cache_kw: self._cache},
+            ).logits
+        return logits[0].float().cpu().numpy()
+
+    def _keep_path(self, tree, path: list[int], n_past: int) -> None:
+        """Cut every layer's keys and values to the cached tokens plus the path's rows."""
+        torch = self._torch
+        with torch.inference_mode():
+            rows = torch.tensor([n_past + i for i in path], device=self.device)
+            for layer in self._cache.layers:
+                layer.keys = torch.cat([layer.keys[..., :n_past, :], layer.keys.index_select(-2, rows)], -2)
+                layer.values = torch.cat([layer.values[..., :n_past, :],
+                                          layer.values.index_select(-2, rows)], -2)
 
     def _truncate(self, n: int) -> None:
         if n == 0:

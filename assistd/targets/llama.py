@@ -30,6 +30,20 @@ keeps llama.cpp's defaults; speculation then matches plain decoding only where t
 batch-shape drift does not flip a token, which is said once in the log. A GPU
 offload is never batch-invariant here, so with exact numerics it turns speculation
 off (``speculation_off``), also said once.
+
+Token trees (``tree_branches`` > 0; docs/design.md, "Contracts the next pieces build
+on"): one ``llama_batch`` holds every node, at position ``n_past + depth``, each token
+carrying the sequence id of every branch (leaf) through it, so that llama.cpp's mask
+lets a node see the cached tokens and its own ancestors only (the multi-sequence
+batches of llama.cpp's ``examples/speculative`` and ``lookahead``). Branch ids are
+spare sequence ids reserved at construction; llama.cpp couples sequences in one batch
+only in a unified KV cache, so trees take the one-batch path on a Target with one
+sequence (its unified cache is then the one stream it had anyway). After the round the
+accepted path's cells are kept only where they lie right after the cached ones (nodes
+``0..j``, the first branch in node order); the rest of the path is evaluated again as
+a chain, so the sequence's cells stay contiguous and in position order, as exact
+numerics need. Without ``tree_branches``, and with several sequences, a tree is
+evaluated one branch at a time (:meth:`Target._evaluate_tree`).
 """
 
 from __future__ import annotations
@@ -81,17 +95,21 @@ class LlamaTarget(Target):
     tokens per ``llama_decode`` call; numerics: ``"exact"`` (batch-invariant kernels,
     see the module) or ``"fast"`` (llama.cpp's defaults). Raises :class:`ModelError`
     when the file is missing, unreadable, not GGUF, or fails to load, and ValueError
-    for an unknown ``numerics``.
+    for an unknown ``numerics``. tree_branches: leaves a token tree may have in one
+    batch (spare sequence ids; 0: trees go one branch at a time); needs
+    ``sequences=1`` (ValueError otherwise), see the module.
     """
 
     backend = "llama"
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, n_threads: int | None = None,
                  n_gpu_layers: int = 0, n_batch: int = 512, numerics: str = "exact",
-                 sequences: int | str = 1):
+                 sequences: int | str = 1, tree_branches: int = 0):
         super().__init__()
         if numerics not in NUMERICS:
             raise ValueError(f"unknown numerics {numerics!r}; use {' or '.join(NUMERICS)}")
+        if tree_branches < 0:
+            raise ValueError(f"tree_branches must be >= 0, not {tree_branches}")
         path = Path(model_path).expanduser()
         check_model_file(path)
         try:
@@ -105,12 +123,18 @@ class LlamaTarget(Target):
         exact = numerics == "exact"
         self.kv_bytes_per_token = kv_bytes_per_token(path)
         n_seq = choose_sequences(sequences, self.kv_bytes_per_token, n_ctx)
+        if tree_branches and n_seq > 1:
+            raise ValueError(
+                f"tree_branches needs one KV sequence, not {n_seq}: llama.cpp batches a token "
+                "into several sequences only in a unified cache, and several sequences in one "
+                "unified cache are not batch-invariant")
         try:
             # Separate KV streams (kv_unified off), n_ctx cells each: a sequence's cells
             # stay contiguous and in position order as with one sequence, so the
             # attention kernels reduce in the same order and exact numerics hold.
             self._llm = open_llama(path, numerics=numerics, threads=threads,
-                                   n_ctx=n_ctx * n_seq, n_seq=n_seq, n_batch=n_batch,
+                                   n_ctx=n_ctx * n_seq, n_seq=n_seq, spare_seq=tree_branches,
+                                   n_batch=n_batch,
                                    n_gpu_layers=n_gpu_layers, logits_all=False)
         except Exception as e:  # llama-cpp-python raises ValueError/RuntimeError/OSError
             if "llama_context" in str(e):
@@ -159,6 +183,11 @@ class LlamaTarget(Target):
         self.bos_token_id = bos if bos >= 0 else None
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.tree_branches = tree_branches
+        self._tree_batch = (llama_cpp.llama_batch_init(self.n_batch, 0, tree_branches)
+                            if tree_branches else None)
+        self._tree_seqs = 0  # branch ids (from n_seq_max on) a tree batch holds now
+        self._node_seq: list[int] = []  # per tree node: the first branch id through it
         self._closed = False
 
     # -- Target -------------------------------------------------------------
@@ -192,6 +221,67 @@ class LlamaTarget(Target):
     def _truncate(self, n: int) -> None:
         if not self._lib.llama_memory_seq_rm(self._mem, self.seq, n, -1):
             raise RuntimeError(f"KV cache rollback to {n} failed")
+
+    def _evaluate_tree(self, tree, n_past: int) -> np.ndarray:
+        """One batch for the whole tree (see the module); the base class's branch by
+        branch evaluation when this Target reserves no branch ids."""
+        if not self.tree_branches:
+            return super()._evaluate_tree(tree, n_past)
+        leaves = tree.leaves()
+        if len(leaves) > self.tree_branches:
+            raise ValueError(f"a tree of {len(leaves)} leaves; this Target batches at most "
+                             f"{self.tree_branches} (tree_branches)")
+        if len(tree) > self.n_batch:
+            raise ValueError(f"a tree of {len(tree)} nodes exceeds n_batch={self.n_batch}")
+        lib, b, first = self._lib, self._tree_batch, self.n_seq_max
+        seqs: list[list[int]] = [[] for _ in range(len(tree))]
+        for j, leaf in enumerate(leaves):
+            for i in tree.path_to(leaf):
+                seqs[i].append(first + j)
+        self._node_seq = [s[0] for s in seqs]
+        self._tree_seqs = len(leaves)
+        for j in range(len(leaves)):  # each branch sees the cached tokens
+            lib.llama_memory_seq_cp(self._mem, self.seq, first + j, -1, -1)
+        b.n_tokens = len(tree)
+        for i, tok in enumerate(tree.tokens):
+            b.token[i] = tok
+            b.pos[i] = n_past + tree.depth[i]
+            b.n_seq_id[i] = len(seqs[i])
+            for k, s in enumerate(seqs[i]):
+                b.seq_id[i][k] = s
+            b.logits[i] = True
+        rc = lib.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc} on a tree at position {n_past}")
+        out = np.empty((len(tree), self.n_vocab), dtype=np.float32)
+        row_bytes = self.n_vocab * 4
+        for i in range(len(tree)):
+            ctypes.memmove(out.ctypes.data + i * row_bytes, lib.llama_get_logits_ith(self._ctx, i), row_bytes)
+        return out
+
+    def _keep_path(self, tree, path: list[int], n_past: int) -> None:
+        """Keep the cells of the path's prefix ``0, 1, .., j-1`` (right after the cached
+        ones), free every other tree cell, evaluate the rest of the path as a chain."""
+        if not self.tree_branches:
+            return super()._keep_path(tree, path, n_past)
+        j = 1
+        while j < len(path) and path[j] == j:
+            j += 1
+        self._lib.llama_memory_seq_cp(self._mem, self._node_seq[path[j - 1]], self.seq, n_past, n_past + j)
+        self._free_branches()
+        rest = [tree.tokens[i] for i in path[j:]]
+        if rest:
+            self._evaluate(rest, [], n_past + j)
+
+    def _drop_tree(self, tree, n_past: int) -> None:
+        if self.tree_branches:
+            self._free_branches()
+        self._truncate(n_past)
+
+    def _free_branches(self) -> None:
+        for s in range(self.n_seq_max, self.n_seq_max + self._tree_seqs):
+            self._lib.llama_memory_seq_rm(self._mem, s, -1, -1)
+        self._tree_seqs = 0
 
     def tokenize(self, text: str) -> list[int]:
         """Text -> token ids (no BOS, special tokens as plain text).
@@ -257,20 +347,27 @@ class LlamaTarget(Target):
         if not self._closed:
             self._closed = True
             self._lib.llama_batch_free(self._batch)
+            if self._tree_batch is not None:
+                self._lib.llama_batch_free(self._tree_batch)
             self._llm.close()
 
 
 def open_llama(path: Path, *, numerics: str, threads: int, n_batch: int = 512, n_seq: int = 1,
-               **kwargs):
+               spare_seq: int = 0, **kwargs):
     """A ``llama_cpp.Llama`` with the kernels of ``numerics`` (see the module): for
     ``"exact"`` flash attention, ubatches of at most ``EXACT_UBATCH`` tokens, one thread
     for one-token ubatches and ``threads`` for batches, no weight repacking, no tiled
     K-quant matmul. ``n_seq`` > 1: that many KV sequences in separate streams, the
-    ``n_ctx`` in ``kwargs`` split evenly between them. ``kwargs`` go to ``Llama``
+    ``n_ctx`` in ``kwargs`` split evenly between them. ``spare_seq`` > 0 (with
+    ``n_seq == 1``): that many more sequence ids in one unified cache, for token trees.
+    ``kwargs`` go to ``Llama``
     (n_ctx, n_gpu_layers, logits_all, draft_model...). Raises what ``Llama`` raises."""
     import llama_cpp
 
-    context = {"n_seq_max": n_seq, "kv_unified": False} if n_seq > 1 else {}
+    if spare_seq:
+        context = {"n_seq_max": n_seq + spare_seq, "kv_unified": True}
+    else:
+        context = {"n_seq_max": n_seq, "kv_unified": False} if n_seq > 1 else {}
     if numerics != "exact":
         with _default_params(llama_cpp, context=context):
             return llama_cpp.Llama(model_path=str(path), n_batch=n_batch, n_ubatch=n_batch,
