@@ -120,7 +120,12 @@ def pipe_lsp(path: Path, fd_in: int, fd_out: int, *, poll_s: float = 2.0,
         raise InputError(f"the daemon's editor socket {path} does not answer ({e.strerror});"
                          " restart `assistd serve`, or run `assistd lsp --no-daemon`") from None
     sel = selectors.DefaultSelector()
-    sel.register(fd_in, selectors.EVENT_READ, "editor")
+    try:
+        sel.register(fd_in, selectors.EVENT_READ, "editor")
+    except PermissionError:  # epoll refuses a regular file (`assistd lsp < requests.txt`)
+        sel.close()
+        sel = selectors.SelectSelector()  # select() takes it: always readable
+        sel.register(fd_in, selectors.EVENT_READ, "editor")
     sel.register(sock, selectors.EVENT_READ, "daemon")
     parent, client, head = os.getppid(), None, b""
     eof_at = None  # monotonic time fd_in reached end of file

@@ -271,6 +271,19 @@ def test_pipe_ends_after_end_of_input_when_the_daemon_does_not(tmp_path, quiet_d
     assert p.returncode == 0 and b"Traceback" not in err, err.decode()
 
 
+def test_pipe_takes_a_regular_file_as_input(tmp_path, quiet_daemon):
+    """`assistd lsp < requests.txt` through the daemon: epoll refuses a regular file
+    (PermissionError, a traceback); the pipe reads it all, then ends after its linger."""
+    path, _, received = quiet_daemon
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "shutdown"}'
+    (tmp_path / "in.txt").write_bytes(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    with open(tmp_path / "in.txt", "rb") as stdin:
+        p = subprocess.run([sys.executable, "-c", PIPE, str(path)], stdin=stdin,
+                           capture_output=True, cwd=ROOT, timeout=EXIT_TIMEOUT_S)
+    assert p.returncode == 0 and b"Traceback" not in p.stderr, p.stderr.decode()
+    assert b"".join(received).endswith(body)
+
+
 # -- the first suggestion on a cold start, and the log -----------------------
 
 DOC = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    return 3\n\ndef f4():\n"
