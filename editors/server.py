@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import re
+import sys
 import threading
 import time
 import uuid
@@ -45,6 +46,9 @@ from editors.settings import Settings, parse_settings
 log = logging.getLogger("assistd.lsp")
 
 CLIENT_POLL_S = 2.0  # how often the client's process (initialize's processId) is checked
+# One message's body at most (a didOpen of a 100 MB file fits); a longer Content-Length
+# ends the session: no editor sends it, and reading it whole would exhaust memory.
+MAX_MESSAGE_BYTES = 256 << 20
 # The client went away mid-write: the end of the session, not an error.
 _GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
@@ -124,6 +128,26 @@ class _Writer:
             pass
 
 
+class _BoundedInput:
+    """stdin as pygls reads it (``readline`` for headers, ``read(n)`` for a body), except
+    that a body past :data:`MAX_MESSAGE_BYTES` is not read: one warning, and the input
+    ends there (pygls read it whole and died with a MemoryError traceback)."""
+
+    def __init__(self, raw):
+        self.raw, self.ended = raw, False
+
+    def readline(self) -> bytes:
+        return b"" if self.ended else self.raw.readline()
+
+    def read(self, n: int = -1) -> bytes:
+        if n is not None and n > MAX_MESSAGE_BYTES:
+            log.warning("a message of %d bytes (Content-Length) is past the %d-byte limit:"
+                        " ending the session", n, MAX_MESSAGE_BYTES)
+            self.ended = True
+            return b""
+        return b"" if self.ended else self.raw.read(n)
+
+
 class _Protocol(LanguageServerProtocol):
     """pygls's protocol, except that every request gets exactly one answer, as LSP's
     lifecycle says (pygls executes requests before ``initialize``, with a -32603 and a
@@ -142,6 +166,12 @@ class _Protocol(LanguageServerProtocol):
         super().set_writer(_Writer(writer, self._server.stop), include_headers)
 
     def handle_message(self, message):
+        if not hasattr(message, "jsonrpc"):  # JSON that is no JSON-RPC message: {}, [], 42
+            log.warning("a message that is not JSON-RPC (%s): answered InvalidRequest",
+                        type(message).__name__)
+            self._send_data({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32600, "message": "Invalid Request: not a JSON-RPC 2.0 message"}})
+            return
         method = getattr(message, "method", None)
         msg_id = getattr(message, "id", None) if method is not None else None
         refusal = None
@@ -264,7 +294,7 @@ class AssistdServer(LanguageServer):
         """pygls's; returns (instead of raising CancelledError) when :meth:`stop` ended
         the read loop."""
         try:
-            super().start_io(stdin, stdout)
+            super().start_io(_BoundedInput(stdin or sys.stdin.buffer), stdout)
         except asyncio.CancelledError:
             if not self._stopped:
                 raise

@@ -171,6 +171,38 @@ def test_a_body_that_is_not_json_gets_a_parse_error_and_no_traceback(tmp_path):
     assert b"Traceback" not in r.stderr, r.stderr[-3000:]
 
 
+def _answers(out: bytes) -> list[dict]:
+    answers = []
+    while out:
+        head, _, rest = out.partition(b"\r\n\r\n")
+        size = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        answers.append(json.loads(rest[:size]))
+        out = rest[size:]
+    return answers
+
+
+def test_json_that_is_no_message_and_a_huge_length_get_no_traceback(tmp_path):
+    """A break-it pass: ``{}``, ``[]`` and ``42`` (JSON, but no JSON-RPC message) logged
+    an AttributeError traceback each; a Content-Length of 99,999,999,999 ended the
+    server with a MemoryError traceback. Now: InvalidRequest (-32600, id null) each, and
+    the session goes on; a body past the limit ends the session with one warning."""
+    env = {**os.environ, "ASSISTD_DB": str(tmp_path / "h.db")}
+    cmd = [sys.executable, "-m", "assistd", "lsp", "--no-daemon"]
+    stdin = b"".join([_frame(x) for x in ({}, [], 42)] + [
+        _frame({"jsonrpc": "2.0", "id": 7, "method": "shutdown"}),
+        _frame({"jsonrpc": "2.0", "method": "exit"})])
+    r = subprocess.run(cmd, input=stdin, capture_output=True, timeout=300, env=env)
+    answers = _answers(r.stdout)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-3000:]
+    assert [a["error"]["code"] for a in answers[:3]] == [-32600] * 3
+    assert all(a["id"] is None for a in answers[:3])
+    assert answers[3]["id"] == 7 and answers[3]["error"]["code"] == -32002  # still reading
+    r = subprocess.run(cmd, input=b"Content-Length: 99999999999\r\n\r\n{}",
+                       capture_output=True, timeout=300, env=env)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-3000:]
+    assert b"past the 268435456-byte limit: ending the session" in r.stderr
+
+
 def test_the_server_structures_lsp_types_strictly():
     """cattrs's default casts took a position of 1.5, "1" or true as line 1 and a didChange
     text of 7 as the document "7" (a break-it pass); the server's converter refuses them
