@@ -251,7 +251,7 @@ def history():
 def _history_store(db):
     from assistd.runtime.runtime import open_store
 
-    return open_store(db)
+    return open_store(db, create=False)
 
 
 @history.command("stats")
@@ -827,7 +827,7 @@ def stats(scope, as_json, plot, db):
     from assistd.runtime.runtime import open_store, store_stats
     from assistd.runtime.stats import plot_stats, print_stats, print_user_acceptance
 
-    both = store_stats(open_store(db), scope=scope)
+    both = store_stats(open_store(db, create=False), scope=scope)
     report = both["ledger"]
     if plot is not None:
         plot_stats(report, plot)

@@ -57,9 +57,16 @@ LOADING = "loading the model"
 CALIBRATING = "calibrating (measuring the model's speed, first use only)"
 
 
-def open_store(db: Path | None) -> HistoryStore:
-    """The history database ``db`` (None: ``$ASSISTD_DB``, else the user data dir)."""
-    return HistoryStore(db if db is not None else default_db_path())
+def open_store(db: Path | None, *, create: bool = True) -> HistoryStore:
+    """The history database ``db`` (None: ``$ASSISTD_DB``, else the user data dir).
+    ``create=False`` (the commands that only read or prune it): raises
+    :class:`InputError` when there is no such file, instead of creating it and its
+    folders (a mistyped ``--db`` made an empty database)."""
+    path = Path(db) if db is not None else default_db_path()
+    if not create and not path.exists():
+        raise InputError(f"no history database at {path}: `assistd index` (or an editor,"
+                         " or `assistd serve`) creates it; pass --db to choose another")
+    return HistoryStore(path)
 
 
 @dataclass

@@ -258,6 +258,7 @@ def test_cli_bad_plot_path_is_one_line_error(filled, tmp_path):
 
 def test_cli_empty_store_says_so_and_exits_0(tmp_path):
     db = tmp_path / "empty.db"
+    HistoryStore(db).close()  # made by `index`, an editor or the daemon
     r = assistd("stats", "--db", db)
     assert r.returncode == 0, r.stderr
     assert "no ledger yet" in r.stdout and "assistd complete" in r.stdout

@@ -152,10 +152,18 @@ def test_index_repo_and_transcripts_reports_both_and_scopes_records_to_the_repo(
 
 
 def test_cli_creates_a_private_database_in_a_new_directory(tmp_path, monkeypatch):
-    """The first CLI command on a new $ASSISTD_DB path (here `history stats`) creates the
-    directory 0700 and the database file 0600: the history holds private source text."""
+    """The first CLI command that writes on a new $ASSISTD_DB path (here `index`) creates
+    the directory 0700 and the database file 0600: the history holds private source
+    text. A command that only reads or prunes (`history stats`, `stats`) refuses a
+    missing file and creates nothing: a mistyped --db made an empty database."""
     db = tmp_path / "fresh" / "dir" / "history.db"
     monkeypatch.setenv("ASSISTD_DB", str(db))
+    for args in (["history", "stats"], ["history", "sources"], ["stats"]):
+        r = assistd(*args, check=False)
+        assert r.returncode == 2 and f"no history database at {db}" in r.stderr, r.stderr
+        assert not db.parent.parent.exists()
+    (tmp_path / "empty").mkdir()
+    assistd_json("index", tmp_path / "empty", "--no-agent-transcripts")
     s = assistd_json("history", "stats")
     assert s["db"] == str(db) and s["kinds"] == {} and s["history_bytes"] == 0
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
@@ -524,6 +532,7 @@ def test_history_json_outputs_parse_on_an_empty_history(tmp_path):
     """On a new, empty history, `history stats|sources|vacuum --json` each print one
     JSON value on stdout (an object, an array, an object) with zero counts."""
     db = tmp_path / "empty.db"
+    HistoryStore(db).close()  # made by `index`, an editor or the daemon
     s = json.loads(assistd("history", "stats", "--json", db=db).stdout)
     assert s["kinds"] == {} and s["scopes"] == 0 and s["history_bytes"] == 0
     assert json.loads(assistd("history", "sources", "--json", db=db).stdout) == []
