@@ -102,7 +102,8 @@ def _progress(label: str):
 
 def _repo_line(report) -> str:
     return (
-        f"{report.scope}: {report.documents} documents; tokenized {report.tokenized}"
+        f"{report.scope}: {report.documents} document{'' if report.documents == 1 else 's'};"
+        f" tokenized {report.tokenized}"
         f" ({report.tokens} tokens), unchanged {report.unchanged}, removed {report.removed};"
         f" skipped {report.skipped_binary} binary, {report.skipped_large} large,"
         f" {report.skipped_unreadable} unreadable;"
