@@ -221,6 +221,12 @@ class LspHost:
                 with self._lock:
                     self.counts["not_lsp"] += 1
                 log.warning("editor connection dropped: %s", e)
+                if e.code is not None:  # framed, so an LSP peer: say why before closing
+                    try:
+                        conn.sendall(_frame({"jsonrpc": "2.0", "id": None, "error": {
+                            "code": e.code, "message": f"{e}; closing the connection"}}))
+                    except OSError:
+                        pass
                 return None
             except OSError:  # reset, or shut down by the deadline or the cap
                 return None
@@ -331,7 +337,14 @@ _HEADERS = (b"content-length:", b"content-type:")
 
 
 class NotLsp(Exception):
-    """The peer sent something other than LSP's base protocol (an HTTP request, garbage)."""
+    """The peer sent something other than LSP's base protocol (an HTTP request, garbage).
+    ``code``: the JSON-RPC error a well-framed body gets before the connection closes
+    (-32700 not JSON, -32600 no JSON-RPC message), as the in-process server answers;
+    None for bytes that are no LSP framing at all (nothing is written back)."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 def _frame(payload: dict) -> bytes:
@@ -388,9 +401,9 @@ def read_message(conn: socket.socket, buf: bytearray, deadline: float | None = N
     try:
         msg = json.loads(body)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        raise NotLsp("body is not JSON") from None
+        raise NotLsp("body is not JSON", -32700) from None
     if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
-        raise NotLsp("not a JSON-RPC 2.0 message")
+        raise NotLsp("not a JSON-RPC 2.0 message", -32600)
     return msg
 
 

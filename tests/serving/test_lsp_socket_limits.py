@@ -167,16 +167,25 @@ def test_an_initialize_dribbled_byte_by_byte_is_closed_at_the_deadline(daemon):
 
 
 def test_bytes_that_are_not_lsp_are_dropped_before_the_deadline(daemon):
+    """No LSP framing: closed, nothing written back. Framed but no message (a
+    newcomer's garbage through `assistd lsp` got no answer at all): the JSON-RPC error
+    the in-process server gives (id null), then closed."""
+    from tests.lsp_helpers import read_message
+
     before = _editors(daemon)
-    for junk in (b"GET / HTTP/1.1\r\nHost: assistd\r\n\r\n",
-                 b"Content-Length: 5\r\n\r\nhello",  # not JSON
-                 b"Content-Length: 99999999999\r\n\r\n"):  # over the size limit
+    for junk, code in ((b"GET / HTTP/1.1\r\nHost: assistd\r\n\r\n", None),
+                       (b"Content-Length: 5\r\n\r\nhello", -32700),  # not JSON
+                       (b"Content-Length: 2\r\n\r\n[]", -32600),  # JSON, no JSON-RPC
+                       (b"Content-Length: 99999999999\r\n\r\n", None)):  # over the limit
         s = _connect(daemon)
         s.sendall(junk)
+        if code is not None:
+            answer = read_message(s)
+            assert answer["id"] is None and answer["error"]["code"] == code, answer
         assert _closed_at_once(s)
         s.close()
     after = _editors(daemon)
-    assert after["not_lsp"] == before["not_lsp"] + 3, after
+    assert after["not_lsp"] == before["not_lsp"] + 4, after
     assert after["timed_out"] == before["timed_out"], after  # closed for the bytes, not late
 
 
