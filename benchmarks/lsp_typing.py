@@ -140,12 +140,14 @@ async def run_config(work, proposer: str, args) -> dict:
         for h in history:
             (repo / h.name).write_text(h.read_text())
         if args.edit:
-            # The edit situation: the file on disk (so in the history) is an earlier
-            # version of the buffer: the re-typed lines as they were, but one in five
-            # missing (lines this edit adds), the rest of the file the same.
+            # The edit situation: the history holds an earlier version of the buffer
+            # (the re-typed lines as they were, one in five missing: lines this edit
+            # adds), as a copy beside it: the open buffer takes the place of its own
+            # path's document in the live history, so an old version at that path
+            # would be gone from it.
             region = lines[a:a + args.lines]
             old = lines[:a] + [x for i, x in enumerate(region) if i % 5 != 4] + lines[a + args.lines:]
-            (repo / path.name).write_text("\n".join(old))
+            (repo / f"old_{path.name}").write_text("\n".join(old))
         k = args.k if args.k == "auto" else int(args.k)
         async with lsp_session(Path(tmp) / "history.db", root=repo,
                                settings={"proposer": proposer, "k": k,
@@ -211,7 +213,11 @@ async def run_config(work, proposer: str, args) -> dict:
                 t_next = max(t_next, time.perf_counter())  # type on once the answer is seen
             typing_s = time.perf_counter() - t_start
             await asyncio.gather(*futures)
-            after = (await stats(client))["server"]
+            report = await stats(client)
+            after = report["server"]
+            tuner = [{k: e.get(k) for k in ("language", "proposer", "steps", "rounds", "coverage",
+                                            "acceptance_rate", "chosen_k", "expected_speedup")}
+                     for e in report["ledger"]["entries"]]
             messages = [m.message for m in client.messages]
     d = {k: after[k] - before[k] for k in COUNTERS}  # typing only: the warm-up excluded
     shown = [b for b in bursts if b["text"]]
@@ -237,7 +243,7 @@ async def run_config(work, proposer: str, args) -> dict:
         if d["tokens_generated"] else None,
         "mean_matched_chars": sum(len(b["text"]) for b in shown if b["matched"])
         / max(1, sum(b["matched"] for b in shown)),
-        "edit": args.edit,
+        "edit": args.edit, "tuner": tuner,
         "server": d, "goal_met": p50 is not None and p50 <= 100 and p95 <= 250,
         "trace": sorted(trace),
     }
