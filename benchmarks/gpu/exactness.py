@@ -44,6 +44,8 @@ def history_for(target) -> HistoryIndex:
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
+    # assistd.measure.bench has the same function, but importing it pulls in the
+    # history store (sqlite-utils, click...), which the GPU machine does not have.
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return i

