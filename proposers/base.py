@@ -15,6 +15,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from assistd.targets.base import TokenTree
+
 
 @dataclass(frozen=True)
 class Draft:
@@ -32,6 +34,13 @@ class Draft:
                name), or None.
     q_rows:    float ``[k, n_vocab]``, a draft model's full distribution at each
                position, or None for model-free drafts (then q = δ_d in sampling).
+    parents:   int64 ``[k]``, or None for a chain. A token tree: ``parents[i]`` is the
+               index in ``tokens`` of token i's parent, -1 for a child of the last
+               committed token; ``parents[i] < i`` (topological order), siblings carry
+               different tokens, the likeliest branch first (depth-first, likeliest
+               child first: a Target keeps that branch's KV cheapest). ``probs[i]`` is
+               then the estimate that token i is accepted given its parent was.
+               Trees never carry ``q_rows`` (only model-free drafts branch).
     """
 
     tokens: np.ndarray
@@ -40,14 +49,66 @@ class Draft:
     match_len: int
     document: str | None = None
     q_rows: np.ndarray | None = None
+    parents: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.parents is not None:
+            if self.q_rows is not None:
+                raise ValueError("a token tree cannot carry q_rows (model-free drafts only)")
+            if len(self.parents) != len(self.tokens):
+                raise ValueError(f"{len(self.tokens)} tokens but {len(self.parents)} parents")
+
+    @property
+    def is_tree(self) -> bool:
+        """True when some token has a sibling (a chain given as parents is no tree)."""
+        return self.parents is not None and bool(
+            (np.asarray(self.parents) != np.arange(-1, len(self.tokens) - 1)).any())
+
+    @property
+    def depth(self) -> int:
+        """Tokens on the longest branch (the draft length for a chain)."""
+        if self.parents is None or not len(self.tokens):
+            return len(self.tokens)
+        d = np.zeros(len(self.tokens), dtype=np.int64)
+        for i, p in enumerate(np.asarray(self.parents).tolist()):
+            d[i] = 1 if p < 0 else d[p] + 1
+        return int(d.max())
+
+    def cumulative(self) -> np.ndarray | None:
+        """float ``[k]``: each token's estimated chance to be accepted, Π of ``probs``
+        along its branch (A_i for a chain); None without estimates."""
+        if self.probs is None:
+            return None
+        if self.parents is None:
+            return np.cumprod(self.probs)
+        cum = np.empty(len(self.tokens))
+        for i, (p, q) in enumerate(zip(np.asarray(self.parents).tolist(), self.probs)):
+            cum[i] = q if p < 0 else cum[p] * q
+        return cum
+
+    def tree(self, last: int) -> TokenTree:
+        """The round's :class:`~assistd.targets.base.TokenTree`: ``last`` (the last
+        committed token) as the root, then these tokens (a chain for a chain draft)."""
+        if self.parents is None:
+            return TokenTree.chain([int(last)] + [int(t) for t in self.tokens])
+        return TokenTree((int(last), *map(int, self.tokens)),
+                         (-1, *(int(p) + 1 for p in self.parents)))
+
+    def first(self, n: int) -> Draft:
+        """The draft cut to its first ``n`` tokens (a subtree, since parents come first)."""
+        if n >= len(self.tokens):
+            return self
+        cut = lambda x: None if x is None else x[:n]  # noqa: E731
+        return Draft(self.tokens[:n], cut(self.probs), self.source, self.match_len,
+                     self.document, cut(self.q_rows), cut(self.parents))
 
     @property
     def score(self) -> float:
         """Expected accepted tokens by the proposer's own estimate: Σ_i Π_{j≤i} probs_j
-        (SuffixDecoding's path score); the draft length when there is no estimate."""
-        if self.probs is None:
-            return float(len(self.tokens))
-        return float(np.cumprod(self.probs).sum())
+        over every token (SuffixDecoding's path / tree score); the draft length (a
+        chain) or depth (a tree) when there is no estimate."""
+        cum = self.cumulative()
+        return float(self.depth if cum is None else cum.sum())
 
 
 class Proposer:

@@ -28,7 +28,7 @@ import numpy as np
 from assistd.ground.costmodel import CostModel
 from proposers.base import Draft, Proposer, register
 from proposers.index import MAX_DEPTH, HistoryIndex, Occurrences
-from proposers.match import frequent_path, live_occurrences
+from proposers.match import frequent_path, frequent_tree, live_occurrences
 
 
 def best_length(probs, round_ms) -> int:
@@ -85,6 +85,12 @@ class SuffixProposer(Proposer):
     cost:           the Target's cost model; when given, each draft is cut to the
                     length with the best expected tokens per ms (maybe none).
     use_context:    also draft from the live request.
+    tree:           draft token trees (:func:`proposers.match.frequent_tree`): the
+                    likeliest continuations of both sources in one tree, best first by
+                    cumulative estimate, sized by the cost model like a chain (so a
+                    chain, or nothing, where that pays more).
+    max_nodes:      tree node budget per round (tokens verified in one forward).
+    max_leaves:     branches a tree may have (the Target's ``tree_leaves``; None: any).
     """
 
     name = "suffix"
@@ -92,14 +98,20 @@ class SuffixProposer(Proposer):
     def __init__(self, history: HistoryIndex | None = None, *, max_depth: int = MAX_DEPTH,
                  alpha: float = 1.0, min_token_prob: float = 0.1, prior: float = 0.0,
                  cost: CostModel | None = None, use_context: bool = True, min_match: int = 1,
-                 match_prior: dict[str, float] | None = None):
+                 match_prior: dict[str, float] | None = None, tree: bool = False,
+                 max_nodes: int = 64, max_leaves: int | None = None):
         if max_depth < 1 or alpha <= 0 or not 0 <= min_token_prob <= 1 or prior < 0:
             raise ValueError("need max_depth >= 1, alpha > 0, 0 <= min_token_prob <= 1, prior >= 0")
+        if max_nodes < 1 or (max_leaves is not None and max_leaves < 1):
+            raise ValueError("need max_nodes >= 1 and max_leaves >= 1 (or None)")
+        self.tree = tree and max_leaves != 1
+        self.max_nodes, self.max_leaves = max_nodes, max_leaves
         self.history, self.max_depth, self.alpha = history, max_depth, alpha
         self.min_token_prob, self.prior, self.cost = min_token_prob, prior, cost
         self.use_context, self.min_match = use_context, max(1, min_match)
         self.match_prior = {**MATCH_PRIOR, **(match_prior if match_prior is not None else {})}
-        self._round_ms = cost.table(MAX_DEPTH).tolist() if cost is not None else None
+        width = max(MAX_DEPTH, max_nodes) if self.tree else MAX_DEPTH
+        self._round_ms = cost.table(width).tolist() if cost is not None else None
         # The shortest match per source whose best imaginable continuation (every count
         # ratio 1) could pay under the cost model: shorter matches are not even read.
         self._min_len = {src: self._shortest_paying(c) for src, c in self.match_prior.items()}
@@ -139,20 +151,33 @@ class SuffixProposer(Proposer):
             return None
         return tokens[:n], probs[:n], score
 
+    def _occurrences(self, context: np.ndarray, depth: int, scope: str | None):
+        """``[(source, Occurrences)]`` of the live request and the history, as enabled."""
+        out = []
+        if self.use_context:
+            out.append(("context", live_occurrences(context, depth, self.max_depth,
+                                                    min_len=self._min_len["context"],
+                                                    alpha=self.alpha)))
+        if self.history is not None:
+            out.append(("history", self.history.find(scope, context, depth, self.max_depth,
+                                                     self._min_len["history"], self.alpha)))
+        return out
+
     def propose(self, context: np.ndarray, k: int, *, scope: str | None = None,
                 language: str | None = None) -> Draft | None:
         if k < 1:
             return None
         context = np.asarray(context, dtype=np.int64)
         depth = min(k, MAX_DEPTH)
+        found = self._occurrences(context, depth, scope)
+        if self.tree:
+            return self._propose_tree(found, k)
         best, source, occ = None, "", None
         if self.use_context:
-            live = live_occurrences(context, depth, self.max_depth,
-                                    min_len=self._min_len["context"], alpha=self.alpha)
-            best, source, occ = self._path(live, k, "context"), "context", live
+            source, occ = found[0]
+            best = self._path(occ, k, "context")
         if self.history is not None:
-            hist = self.history.find(scope, context, depth, self.max_depth,
-                                     self._min_len["history"], self.alpha)
+            hist = found[-1][1]
             h = self._path(hist, k, "history")
             if h is not None and (best is None or h[2] > best[2]):
                 best, source, occ = h, "history", hist
@@ -170,3 +195,106 @@ class SuffixProposer(Proposer):
             document = occ.name(int(on_path[np.argmax(occ.recency[on_path])]))
         return Draft(tokens=tokens, probs=probs, source=source, match_len=occ.match_len,
                      document=document)
+
+    def _propose_tree(self, found, k: int) -> Draft | None:
+        """The tree draft: both sources' best-first nodes merged (a branch both sources
+        have keeps the higher estimate), the best ``N`` of them by cumulative estimate
+        with ``N`` the size whose round pays most under the cost model, laid out depth
+        first with the likeliest child first."""
+        nodes: dict[tuple[int, ...], tuple[float, str]] = {}
+        occs = {}
+        for source, occ in found:
+            if occ.match_len < self.min_match or not len(occ.cont):
+                continue
+            cap = min(k, math.floor(self.alpha * occ.match_len + 1e-6))
+            c = self.match_prior[source]
+            m = occ.match_len + np.arange(max(cap, 0))
+            trust = m / (m + c) if c else None
+            for branch, cum in frequent_tree(occ.cont, cap, self.max_nodes, self.min_token_prob,
+                                             self.prior, trust):
+                if cum > nodes.get(branch, (0.0, ""))[0]:
+                    nodes[branch] = (cum, source)
+            occs[source] = occ
+        if not nodes:
+            return None
+        # Best first; a parent before its children (ties: the shorter branch first).
+        ranked = sorted(nodes.items(), key=lambda kv: (-kv[1][0], len(kv[0])))
+        chosen, has_child, leaves = [], set(), 0
+        taken = set()
+        for branch, (cum, source) in ranked:
+            if len(chosen) >= self.max_nodes:
+                break
+            parent = branch[:-1]
+            if parent and parent not in taken:
+                continue
+            adds_leaf = not parent or parent in has_child
+            if adds_leaf and self.max_leaves is not None and leaves >= self.max_leaves:
+                continue
+            leaves += int(adds_leaf)
+            if parent:
+                has_child.add(parent)
+            taken.add(branch)
+            chosen.append((branch, cum, source))
+        if self._round_ms is not None:
+            n = best_size([c for _, c, _ in chosen], self._round_ms)
+            if n == 0:
+                return None
+            chosen = chosen[:n]
+        return _tree_draft(chosen, occs)
+
+
+def best_size(cumulative, round_ms) -> int:
+    """How many of a round's candidate tokens to verify: the N in [0, len(cumulative)]
+    that maximises ``(1 + Σ_{i<N} cumulative_i) / round_ms[N]``, for candidates in
+    decreasing estimate (each after its parent) and ``round_ms[N]`` the cost of a
+    forward over N draft tokens. :func:`best_length` is the chain case.
+
+    >>> best_size([1.0, 0.5, 0.5], [11.0, 19.0, 22.5, 25.0])
+    3
+    """
+    best, best_rate, expected = 0, 1.0 / round_ms[0], 1.0
+    for n, c in enumerate(cumulative[: len(round_ms) - 1], 1):
+        expected += c
+        rate = expected / round_ms[n]
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return best
+
+
+def _tree_draft(chosen, occs) -> Draft:
+    """A :class:`Draft` from ``[(branch, cumulative, source)]`` (each branch after its
+    parent): depth first, children by decreasing estimate; a chain when it is one."""
+    cum = {b: c for b, c, _ in chosen}
+    kids: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    for b, _, _ in chosen:
+        kids.setdefault(b[:-1], []).append(b)
+    tokens, parents, probs, index = [], [], [], {}
+    stack = sorted(kids.get((), []), key=lambda b: -cum[b])[::-1]
+    while stack:
+        b = stack.pop()
+        index[b] = len(tokens)
+        parent = b[:-1]
+        tokens.append(b[-1])
+        parents.append(index[parent] if parent else -1)
+        probs.append(cum[b] / cum[parent] if parent else cum[b])
+        stack.extend(sorted(kids.get(b, []), key=lambda x: -cum[x])[::-1])
+    first = chosen[0]
+    source = first[2]
+    occ = occs[source]
+    parents_arr = np.array(parents, dtype=np.int64)
+    chain = bool((parents_arr == np.arange(-1, len(tokens) - 1)).all())
+    tokens_arr = np.array(tokens, dtype=np.int64)
+    document = None
+    if source == "history":  # the most recent document on the first branch
+        branch = [tokens[0]]
+        for i in range(1, len(tokens)):
+            if parents[i] != i - 1:
+                break
+            branch.append(tokens[i])
+        b = np.array(branch, dtype=np.int64)
+        on = np.flatnonzero((occ.cont[:, : len(b)] == b[None, :]).all(axis=1))
+        if len(on):
+            document = occ.name(int(on[np.argmax(occ.recency[on])]))
+    return Draft(tokens=tokens_arr, probs=np.array(probs), source=source,
+                 match_len=occ.match_len, document=document,
+                 parents=None if chain else parents_arr)

@@ -19,8 +19,9 @@ import numpy as np
 from assistd.ground.ledger import Ledger
 from assistd.ground.sampling import GREEDY, SamplingParams, target_distribution
 from assistd.targets.base import Target
-from assistd.decoding.verify import greedy_accept, sample_accept, sample_accept_with_q, top2_gap
-from proposers.base import Proposer
+from assistd.decoding.verify import (greedy_accept, greedy_accept_tree, sample_accept,
+                                     sample_accept_tree, sample_accept_with_q, top2_gap)
+from proposers.base import Draft, Proposer
 
 
 # Prefill chunk (tokens) when a generation may be preempted: ~0.07 s of a 135M model's
@@ -199,23 +200,38 @@ def generate(
             d = proposer.propose(ctx[:n], k_cap, scope=scope, language=language)
             draft_ms = (time.perf_counter() - t0) * 1000
             if d is not None:
-                draft = np.asarray(d.tokens[:k_cap], dtype=np.int64)
+                d = fit_draft(d, depth=k_cap, nodes=room, leaves=target.tree_leaves)
+                draft = np.asarray(d.tokens, dtype=np.int64)
         num_draft = 0 if draft is None else len(draft)
 
         t0 = time.perf_counter()
-        batch = [int(ctx[n - 1])] + ([] if draft is None else draft.tolist())
-        logits = target.evaluate(batch, range(len(batch)))  # [1 + num_draft, n_vocab]
-        if sampling.greedy:
-            argmax = logits.argmax(axis=1)
-            j = greedy_accept(draft, argmax) if num_draft else 0
-            last = int(argmax[j])
+        tree = d.tree(int(ctx[n - 1])) if num_draft and d.is_tree else None
+        if tree is not None:
+            # One forward over every node (tree attention), the accepted branch kept.
+            logits = target.evaluate_tree(tree)  # [1 + num_draft, n_vocab]
+            if sampling.greedy:
+                path, last = greedy_accept_tree(tree, logits.argmax(axis=1))
+            else:
+                path, last = _sample_tree(logits, tree, ctx, n, sampling, rng)
+            target.keep_path(path)
+            rows = path
+            accepted = [tree.tokens[i] for i in path[1:]]
         else:
-            j, last = _sample_round(logits, draft, d, ctx, n, sampling, rng)
-        # Keep KV for the tokens before the last committed one: roll back the rest.
-        target.truncate(n + j)
+            batch = [int(ctx[n - 1])] + ([] if draft is None else draft.tolist())
+            logits = target.evaluate(batch, range(len(batch)))  # [1 + num_draft, n_vocab]
+            if sampling.greedy:
+                argmax = logits.argmax(axis=1)
+                j = greedy_accept(draft, argmax) if num_draft else 0
+                last = int(argmax[j])
+            else:
+                j, last = _sample_round(logits, draft, d, ctx, n, sampling, rng)
+            # Keep KV for the tokens before the last committed one: roll back the rest.
+            target.truncate(n + j)
+            rows = range(j + 1)
+            accepted = [] if draft is None else draft[:j].tolist()
         verify_ms = (time.perf_counter() - t0) * 1000
 
-        new = ([] if draft is None else draft[:j].tolist()) + [last]
+        new = accepted + [last]
         if not out:
             ledger.first_token_ms = (time.perf_counter() - t_start) * 1000
         committed = 0
@@ -225,7 +241,7 @@ def generate(
             out.append(tok)
             committed += 1
             if trace:
-                gaps.append(top2_gap(logits[i]))
+                gaps.append(top2_gap(logits[rows[i]]))
             if tok in eos:
                 stop_reason = "eos"
                 break
@@ -238,7 +254,9 @@ def generate(
         if num_draft:
             # A stop inside an accepted block: the last committed token plays the
             # role of the round's Target token, so committed = C + R + P holds.
+            leaf = not tree.children(path[-1]) if tree is not None else None
             ledger.record_round(num_draft, committed - 1, ceiling=k_cap,
+                                depth=d.depth if tree is not None else None, leaf=leaf,
                                 draft_ms=draft_ms, verify_ms=verify_ms)
         else:
             ledger.record_plain_step(proposed=asked, draft_ms=draft_ms, verify_ms=verify_ms)
@@ -254,6 +272,59 @@ def generate(
             text = text.rstrip("\ufffd")
     return Generation(tokens=out, text=text, stop_reason=stop_reason, ledger=ledger,
                       top2_gaps=gaps, speculation_off=off)
+
+
+def fit_draft(d: Draft, *, depth: int, nodes: int, leaves: int | None) -> Draft:
+    """``d`` cut to what this round may verify: at most ``depth`` tokens on a branch
+    (the ceiling, the tokens left to ``max_tokens``), ``nodes`` tokens in all (the
+    context window's room) and, for a tree, ``leaves`` branches (the Target's
+    :attr:`~assistd.targets.base.Target.tree_leaves`; None: any). Tokens are kept in
+    the draft's order (the likeliest branch first), each only with its parent."""
+    if not d.is_tree:
+        return d.first(min(depth, nodes))
+    if leaves == 1:  # the Target evaluates trees branch by branch: the first branch only
+        branch, i = [], 0
+        while i < len(d.tokens) and (not branch or d.parents[i] == branch[-1]):
+            branch.append(i)
+            i += 1
+        return d.first(min(depth, nodes, len(branch)))
+    keep: dict[int, int] = {}  # old index -> new index
+    level: list[int] = []
+    leaf_count, has_child = 0, set()
+    for i, p in enumerate(d.parents.tolist()):
+        if len(keep) >= nodes:
+            break
+        if p >= 0 and p not in keep:
+            continue
+        lv = 1 if p < 0 else level[keep[p]] + 1
+        # A child of a kept leaf keeps the leaf count; any other new node adds a leaf.
+        grows = p < 0 or p in has_child
+        if lv > depth or (grows and leaves is not None and leaf_count >= leaves):
+            continue
+        leaf_count += int(grows)
+        if p >= 0:
+            has_child.add(p)
+        keep[i] = len(keep)
+        level.append(lv)
+    idx = np.fromiter(keep, dtype=np.int64, count=len(keep))
+    parents = np.array([-1 if d.parents[i] < 0 else keep[int(d.parents[i])] for i in idx],
+                       dtype=np.int64)
+    return Draft(d.tokens[idx], None if d.probs is None else d.probs[idx], d.source,
+                 d.match_len, d.document, None, parents)
+
+
+def _sample_tree(logits, tree, ctx, n, sampling, rng) -> tuple[list[int], int]:
+    """Speculative sampling over a tree round's logits rows -> ``(path, next token)``."""
+    window = sampling.penalty_last_n if sampling.repetition_penalty != 1.0 else 0
+    recent = ctx[max(0, n - window) : n] if window else ()
+
+    def dist(i: int):
+        # Penalty state: committed tokens plus the draft tokens on node i's branch.
+        branch = [tree.tokens[j] for j in tree.path_to(i)[1:]]
+        seen = np.concatenate([recent, branch])[-window:] if window and branch else recent
+        return target_distribution(logits[i], sampling, seen)
+
+    return sample_accept_tree(tree, dist, rng)
 
 
 def _sample_round(logits, draft, d, ctx, n, sampling, rng) -> tuple[int, int]:

@@ -88,6 +88,30 @@ def sample_accept(draft: Sequence[int], dist: Callable[[int], TokenDistribution]
     return len(draft), dist(len(draft)).sample(rng)
 
 
+def sample_accept_tree(tree: TokenTree, dist: Callable[[int], TokenDistribution],
+                       rng: np.random.Generator) -> tuple[list[int], int]:
+    """Speculative sampling over a model-free token tree (point-mass drafts).
+
+    ``dist(i)`` is the Target's distribution p at node i (the row of
+    :meth:`Target.evaluate_tree`), called lazily, only for the nodes reached. From the
+    root: draw y ~ p at the current node; if a child carries y, move to it and draw
+    again, else commit y and stop (at a leaf, y is the bonus token). Every committed
+    token is then a draw from p given exactly the tokens before it, as in plain
+    sampling: a child is followed only when the draw equals it, so the tree only
+    decides how many draws one forward pays for, never what they are (SpecInfer's
+    multi-step speculative sampling with point-mass drafts; Miao et al. 2024, the
+    chain case :func:`sample_accept`). Returns ``(path, token)`` as
+    :func:`greedy_accept_tree`.
+    """
+    path = [0]
+    while True:
+        y = dist(path[-1]).sample(rng)
+        nxt = next((c for c in tree.children(path[-1]) if tree.tokens[c] == y), None)
+        if nxt is None:
+            return path, y
+        path.append(nxt)
+
+
 def sample_accept_with_q(draft: Sequence[int], q_rows: np.ndarray,
                          dist: Callable[[int], TokenDistribution],
                          rng: np.random.Generator) -> tuple[int, int]:

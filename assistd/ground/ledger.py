@@ -11,6 +11,11 @@ tokens accepted, R rounds and P plain steps:
 
 A ratio whose denominator is zero is ``None``, never an error.
 
+A round whose draft is a token tree counts every node it verified in D (so C / D is
+the share of verified nodes that were committed) and its accepted branch in C; its
+per-position counters are by depth, along the accepted branch (``tree_rounds`` and
+``nodes_by_depth`` say how many nodes a round of each depth verified).
+
 Beyond those rates the ledger keeps what the tuner (``assistd.decoding.tuner``) needs to predict
 a round under any draft ceiling: how many steps asked the proposer at all
 (``propose_calls``; a step with ceiling 0 does not), how many rounds were cut by
@@ -22,6 +27,8 @@ one generation and decayed floats once aggregated (:meth:`Ledger.scaled`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from assistd.ground.costmodel import REFERENCE_CONTEXT, context_bucket
 
 
 def ratio(num: float, den: float) -> float | None:
@@ -67,45 +74,66 @@ class Ledger:
     steps_by_len: list[int] = field(default_factory=list)
     draft_ms_by_len: list[float] = field(default_factory=list)
     verify_ms_by_len: list[float] = field(default_factory=list)
+    # Token trees: rounds whose draft branched, and per depth d (index d - 1) the draft
+    # nodes that rounds of that depth verified (d per round for a chain).
+    tree_rounds: int = 0
+    nodes_by_depth: list[float] = field(default_factory=list)
+    # The forwards whose context was given, by (tokens in the forward, context bucket of
+    # costmodel.context_bucket): [forwards, verify ms, context tokens summed]. Per
+    # generation (the tuner learns t(n, context) from it), not aggregated.
+    forwards_by_context: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
-    def record_round(self, num_draft: int, num_accepted: int, *, ceiling: int | None = None,
-                     draft_ms: float = 0.0, verify_ms: float = 0.0) -> None:
-        """One verification round: ``num_draft`` proposed, leading ``num_accepted`` committed.
+    def record_round(self, num_draft: int, num_accepted: int, *, depth: int | None = None,
+                     leaf: bool | None = None, ceiling: int | None = None,
+                     draft_ms: float = 0.0, verify_ms: float = 0.0,
+                     context: int | None = None) -> None:
+        """One verification round: ``num_draft`` draft tokens (tree nodes) verified,
+        ``num_accepted`` of them committed (the accepted branch).
 
-        ``ceiling``: the most the proposer was allowed (None: unknown, not censored);
-        ``draft_ms`` / ``verify_ms``: the round's propose() and Target time, added to
-        the totals as well as to the per-length sums.
+        ``depth``: the draft's longest branch (None: a chain, ``num_draft``); ``leaf``:
+        the accepted branch ended at a leaf, so nothing past it was verified (None: a
+        chain, ``num_accepted == num_draft``). ``ceiling``: the most the proposer was
+        allowed in depth (None: unknown, not censored); ``draft_ms`` / ``verify_ms``:
+        the round's propose() and Target time, added to the totals as well as to the
+        per-length sums (by ``num_draft``: what the forward cost depends on);
+        ``context``: tokens in the KV cache before the round's forward (None: unknown).
         """
-        assert 0 <= num_accepted <= num_draft and num_draft >= 1
+        depth = num_draft if depth is None else depth
+        leaf = num_accepted == num_draft if leaf is None else leaf
+        assert 0 <= num_accepted <= depth <= num_draft and num_draft >= 1
         self.rounds += 1
         self.propose_calls += 1
         self.draft_tokens += num_draft
         self.accepted_tokens += num_accepted
         self.committed_tokens += num_accepted + 1
-        _grow(self.reached_per_position, num_draft)
-        _grow(self.accepted_per_position, num_draft)
-        for i in range(num_draft):
+        self.tree_rounds += int(depth < num_draft)
+        for xs in (self.reached_per_position, self.accepted_per_position,
+                   self.tried_per_position, self.nodes_by_depth):
+            _grow(xs, depth)
+        for i in range(depth):
             self.reached_per_position[i] += 1
         for i in range(num_accepted):
             self.accepted_per_position[i] += 1
-        _grow(self.tried_per_position, num_draft)
-        for i in range(min(num_accepted + 1, num_draft)):
+        for i in range(min(num_accepted + (0 if leaf else 1), depth)):
             self.tried_per_position[i] += 1
-        if ceiling is not None and num_draft >= ceiling:
-            _grow(self.ceiling_stops, num_draft)
-            self.ceiling_stops[num_draft - 1] += 1
-        self._timed(num_draft, draft_ms, verify_ms)
+        self.nodes_by_depth[depth - 1] += num_draft
+        if ceiling is not None and depth >= ceiling:
+            _grow(self.ceiling_stops, depth)
+            self.ceiling_stops[depth - 1] += 1
+        self._timed(num_draft, draft_ms, verify_ms, context)
 
     def record_plain_step(self, *, proposed: bool = False, draft_ms: float = 0.0,
-                          verify_ms: float = 0.0) -> None:
+                          verify_ms: float = 0.0, context: int | None = None) -> None:
         """One decode step without a draft. ``proposed``: the proposer was asked and
-        had nothing (counts against coverage); False when the ceiling was 0."""
+        had nothing (counts against coverage); False when the ceiling was 0.
+        ``context``: tokens in the KV cache before its forward (None: unknown)."""
         self.plain_steps += 1
         self.committed_tokens += 1
         self.propose_calls += int(proposed)
-        self._timed(0, draft_ms, verify_ms)
+        self._timed(0, draft_ms, verify_ms, context)
 
-    def _timed(self, length: int, draft_ms: float, verify_ms: float) -> None:
+    def _timed(self, length: int, draft_ms: float, verify_ms: float,
+               context: int | None = None) -> None:
         for xs in (self.steps_by_len, self.draft_ms_by_len, self.verify_ms_by_len):
             _grow(xs, length + 1)
         self.steps_by_len[length] += 1
@@ -113,14 +141,37 @@ class Ledger:
         self.verify_ms_by_len[length] += verify_ms
         self.draft_ms += draft_ms
         self.verify_ms += verify_ms
+        if context is not None:
+            f = self.forwards_by_context.setdefault((length + 1, context_bucket(context)),
+                                                    [0, 0.0, 0])
+            f[0] += 1
+            f[1] += verify_ms
+            f[2] += max(0, int(context))
+
+    def forward_times(self) -> dict[tuple[int, int], tuple[float, float, float]]:
+        """The generation's Target forwards, ``{(n_tokens, context bucket): (verify ms
+        summed, forwards, context tokens summed)}``: a forward whose context was not
+        given counts at :data:`~assistd.ground.costmodel.REFERENCE_CONTEXT` (what
+        t(n) meant before it knew the context)."""
+        out = {key: (ms, float(count), float(ctx))
+               for key, (count, ms, ctx) in self.forwards_by_context.items()}
+        for L, steps in enumerate(self.steps_by_len):
+            known = [v for (n, _), v in self.forwards_by_context.items() if n == L + 1]
+            rest = steps - sum(c for c, _, _ in known)
+            if rest > 0:
+                ms = self.verify_ms_by_len[L] - sum(m for _, m, _ in known)
+                key = (L + 1, context_bucket(REFERENCE_CONTEXT))
+                old = out.get(key, (0.0, 0.0, 0.0))
+                out[key] = (old[0] + ms, old[1] + rest, old[2] + rest * REFERENCE_CONTEXT)
+        return out
 
     # -- aggregation (the persisted, decayed ledger of assistd.decoding.tuner) ----------
 
     COUNTERS = ("draft_tokens", "accepted_tokens", "rounds", "plain_steps",
-                "committed_tokens", "propose_calls", "draft_ms", "verify_ms")
+                "committed_tokens", "propose_calls", "draft_ms", "verify_ms", "tree_rounds")
     ARRAYS = ("accepted_per_position", "reached_per_position", "tried_per_position",
               "ceiling_stops",
-              "steps_by_len", "draft_ms_by_len", "verify_ms_by_len")
+              "steps_by_len", "draft_ms_by_len", "verify_ms_by_len", "nodes_by_depth")
 
     def add(self, other: Ledger, weight: float = 1.0) -> None:
         """Add ``other``'s decode counters times ``weight`` into this one (prompt,
@@ -197,6 +248,7 @@ class Ledger:
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
             "rounds": self.rounds,
+            "tree_rounds": self.tree_rounds,
             "plain_steps": self.plain_steps,
             "committed_tokens": self.committed_tokens,
             "prompt_tokens": self.prompt_tokens,

@@ -209,6 +209,14 @@ class Target:
     n_seq_max: int = 1
     kv_bytes_per_token: int = 0
 
+    @property
+    def tree_leaves(self) -> int | None:
+        """The most leaves a token tree may have and still cost one forward (None: no
+        bound). 1 (this default): :meth:`evaluate_tree` evaluates a tree branch by
+        branch, so only a chain costs what its tokens do, and the engine verifies a
+        tree draft's first branch alone."""
+        return 1
+
     def __init__(self) -> None:
         self._kv: list[list[int]] = [[]]  # per sequence: the tokens whose K/V are cached
         self.seq = 0  # the sequence evaluate/truncate/reuse_prefix act on

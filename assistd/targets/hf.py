@@ -220,6 +220,11 @@ class TorchTarget(Target):
                     out[[i for i, _ in keep]] = logits[0].float().cpu().numpy()
         return out
 
+    @property
+    def tree_leaves(self) -> int | None:
+        """No bound: a tree is one forward with a tree mask, whatever its shape."""
+        return None
+
     def _evaluate_tree(self, tree, n_past: int) -> np.ndarray:
         """All nodes in one forward: positions ``n_past + depth``, a 4-D mask
         ``[1, 1, n, n_past + n]`` (0 where a node may attend, the dtype's minimum

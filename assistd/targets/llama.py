@@ -222,6 +222,11 @@ class LlamaTarget(Target):
         if not self._lib.llama_memory_seq_rm(self._mem, self.seq, n, -1):
             raise RuntimeError(f"KV cache rollback to {n} failed")
 
+    @property
+    def tree_leaves(self) -> int | None:
+        """``tree_branches`` (one batch carries that many branch ids), 1 without."""
+        return self.tree_branches or 1
+
     def _evaluate_tree(self, tree, n_past: int) -> np.ndarray:
         """One batch for the whole tree (see the module); the base class's branch by
         branch evaluation when this Target reserves no branch ids."""
