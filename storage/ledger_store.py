@@ -2,7 +2,9 @@
 
 Each generation's :class:`assistd.ground.ledger.Ledger` is added, in one write transaction,
 to the row of its (scope, language id, proposer, Target); its verify times go to
-the Target's cost table by tokens per forward. A kill at any moment leaves either
+the Target's cost table by tokens per forward and context bucket
+(:func:`assistd.ground.costmodel.context_bucket`), with the context summed so that each
+cell knows its mean context. A kill at any moment leaves either
 the row before or after the generation, never half of it (SQLite WAL, BEGIN
 IMMEDIATE, as every write of :class:`storage.store.HistoryStore`).
 
@@ -20,6 +22,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from assistd.ground.costmodel import REFERENCE_CONTEXT, context_bucket
 from assistd.ground.ledger import Ledger
 from storage.store import HistoryStore
 
@@ -57,11 +60,11 @@ class LedgerStore:
     # -- writes ------------------------------------------------------------
 
     def add(self, scope: str, language_id: str, proposer: str, target: str, ledger: Ledger,
-            now: float | None = None, costs: dict[int, tuple[float, float]] | None = None,
-            ) -> None:
-        """Add one generation's decode counters and its forward times (``costs``:
-        ``{n_tokens: (ms sum, forwards)}``, default: the ledger's verify times by draft
-        length) to the Target's cost table, in one transaction."""
+            now: float | None = None, costs: dict | None = None) -> None:
+        """Add one generation's decode counters and its forward times to the Target's
+        cost table, in one transaction. ``costs``: ``{(n_tokens, context bucket): (ms
+        sum, forwards, context tokens sum)}``, or ``{n_tokens: (ms sum, forwards)}`` at
+        the reference context; default: :meth:`Ledger.forward_times`."""
         now = time.time() if now is None else now
         key = [scope or "", language_id or "plaintext", proposer, target]
         with self.store.transaction() as c:
@@ -79,31 +82,36 @@ class LedgerStore:
                 "insert or replace into ledger (scope, language_id, proposer, target, counters,"
                 " updated_utc) values (?, ?, ?, ?, ?, ?)",
                 key + [json.dumps(total.counters()), now])
-            if costs is None:
-                costs = {L + 1: (ledger.verify_ms_by_len[L], steps)
-                         for L, steps in enumerate(ledger.steps_by_len) if steps}
-            for n, (ms_sum, count) in costs.items():
-                self._add_cost(c, target, n, ms_sum, count, now)
+            for (n, bucket), (ms_sum, count, ctx_sum) in _by_context(
+                    ledger.forward_times() if costs is None else costs).items():
+                self._add_cost(c, target, n, ms_sum, count, now, bucket, ctx_sum)
 
     def add_costs(self, target: str, points: dict[int, float], weight: float = 3.0,
-                  now: float | None = None) -> None:
-        """Seed the cost table with measured ``{n_tokens: ms}`` (a calibration), each
-        counted as ``weight`` forwards, so that online data soon outweighs it."""
+                  now: float | None = None, context: int = REFERENCE_CONTEXT) -> None:
+        """Seed the cost table with measured ``{n_tokens: ms}`` after ``context`` tokens
+        (a calibration level), each counted as ``weight`` forwards, so that online data
+        soon outweighs it."""
         now = time.time() if now is None else now
+        bucket = context_bucket(context)
         with self.store.transaction() as c:
             for n, ms in points.items():
-                self._add_cost(c, target, int(n), ms * weight, weight, now)
+                self._add_cost(c, target, int(n), ms * weight, weight, now, bucket,
+                               context * weight)
 
-    def _add_cost(self, c, target: str, n: int, ms_sum: float, count: float, now: float):
-        row = c.execute("select ms_sum, count, updated_utc from target_costs where target = ?"
-                        " and n_tokens = ?", [target, n]).fetchone()
+    def _add_cost(self, c, target: str, n: int, ms_sum: float, count: float, now: float,
+                  bucket: int, ctx_sum: float):
+        row = c.execute("select ms_sum, count, context_sum, updated_utc from target_costs"
+                        " where target = ? and n_tokens = ? and context_bucket = ?",
+                        [target, n, bucket]).fetchone()
         if row is not None and all(_number(x) for x in row):
-            f = self.decay(now - row[2])
-            ms_sum, count = ms_sum + row[0] * f, count + row[1] * f
+            f = self.decay(now - row[3])
+            ms_sum, count, ctx_sum = ms_sum + row[0] * f, count + row[1] * f, ctx_sum + row[2] * f
         if count > MAX_COST_SAMPLES:
-            ms_sum, count = ms_sum * MAX_COST_SAMPLES / count, MAX_COST_SAMPLES
-        c.execute("insert or replace into target_costs (target, n_tokens, ms_sum, count,"
-                  " updated_utc) values (?, ?, ?, ?, ?)", [target, n, ms_sum, count, now])
+            scale = MAX_COST_SAMPLES / count
+            ms_sum, count, ctx_sum = ms_sum * scale, MAX_COST_SAMPLES, ctx_sum * scale
+        c.execute("insert or replace into target_costs (target, n_tokens, context_bucket,"
+                  " ms_sum, count, context_sum, updated_utc) values (?, ?, ?, ?, ?, ?, ?)",
+                  [target, n, bucket, ms_sum, count, ctx_sum, now])
 
     # -- reads -------------------------------------------------------------
 
@@ -130,14 +138,24 @@ class LedgerStore:
         return out
 
     def costs(self, target: str, now: float | None = None) -> dict[int, tuple[float, float]]:
-        """``{n_tokens: (mean ms, decayed forwards)}`` measured for ``target``."""
+        """``{n_tokens: (mean ms, decayed forwards)}`` measured for ``target`` at the
+        reference context (bucket 0); :meth:`cost_points` has every context."""
+        return {n: (ms, cnt) for (n, b), (ms, cnt, _) in self.cost_points(target, now).items()
+                if b == 0}
+
+    def cost_points(self, target: str, now: float | None = None,
+                    ) -> dict[tuple[int, int], tuple[float, float, float]]:
+        """``{(n_tokens, context bucket): (mean ms, decayed forwards, mean context
+        tokens)}`` measured for ``target``; damaged rows are skipped."""
         now = time.time() if now is None else now
         rows = self.store.db.execute(
-            "select n_tokens, ms_sum, count, updated_utc from target_costs where target = ?",
-            [target]).fetchall()
-        return {n: (ms / cnt, cnt * self.decay(now - upd)) for n, ms, cnt, upd in rows
-                if isinstance(n, int) and n >= 1 and _number(ms) and _number(cnt) and _number(upd)
-                and cnt > 0 and ms > 0 and math.isfinite(ms / cnt)}
+            "select n_tokens, context_bucket, ms_sum, count, context_sum, updated_utc"
+            " from target_costs where target = ?", [target]).fetchall()
+        return {(n, b): (ms / cnt, cnt * self.decay(now - upd), ctx / cnt)
+                for n, b, ms, cnt, ctx, upd in rows
+                if isinstance(n, int) and n >= 1 and isinstance(b, int) and b >= 0
+                and all(_number(x) for x in (ms, cnt, ctx, upd))
+                and cnt > 0 and ms > 0 and ctx >= 0 and math.isfinite(ms / cnt)}
 
     def forget_scope(self, scope: str) -> int:
         """Delete the ledger rows of ``scope`` (``history forget``); returns how many."""
@@ -148,6 +166,20 @@ class LedgerStore:
         return [r[0] for r in self.store.db.execute(
             "select distinct target from target_costs union select distinct target from ledger"
             " order by 1").fetchall()]
+
+
+def _by_context(costs: dict) -> dict[tuple[int, int], tuple[float, float, float]]:
+    """``costs`` keyed by ``(n_tokens, bucket)``; a bare ``n_tokens`` key (times without
+    a context) is the reference context's."""
+    out = {}
+    for key, value in costs.items():
+        if isinstance(key, tuple):
+            out[key] = tuple(value)
+        else:
+            ms_sum, count = value[:2]
+            out[(int(key), context_bucket(REFERENCE_CONTEXT))] = (
+                ms_sum, count, count * REFERENCE_CONTEXT)
+    return out
 
 
 def _parse(counters) -> Ledger | None:

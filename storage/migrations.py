@@ -70,6 +70,14 @@ second break-it run: HTTP ``Authorization``/API-key headers, passwords in prose,
 into ``--password-stdin`` logins, Azure SAS signatures and account keys, presigned URL
 signatures, webhook URLs (Discord, Slack, Teams), Telegram bot URLs; its row in
 ``secret_rescans`` counts what they found.
+
+Changed by ``m007_target_costs_context`` (t(n, context); see ``assistd/ground/costmodel.py``):
+
+``target_costs``    + context_bucket (tokens: the bucket of the context the forwards ran
+                    after, ``costmodel.context_bucket``; part of the pk), context_sum (context
+                    tokens summed over the forwards, decayed as count: mean context =
+                    context_sum / count); pk (target, n_tokens, context_bucket). Rows from
+                    before are the reference context (bucket 0, 64 tokens each).
 """
 
 import json
@@ -200,6 +208,22 @@ def m005_rescan_secrets(db: sqlite_utils.Database) -> None:
 @migration
 def m006_rescan_secrets_headers_prose(db: sqlite_utils.Database) -> None:
     rescan_secrets(db, "m006_rescan_secrets_headers_prose")
+
+
+@migration
+def m007_target_costs_context(db: sqlite_utils.Database) -> None:
+    # The pk gains a column, which SQLite cannot alter: the table is rebuilt (inside
+    # migrate's transaction), its rows the reference context's.
+    if "context_bucket" in {c.name for c in db["target_costs"].columns}:
+        return
+    db.execute("create table target_costs_new (target text, n_tokens integer, context_bucket"
+               " integer, ms_sum float, count float, context_sum float, updated_utc float,"
+               " primary key (target, n_tokens, context_bucket))")
+    # 64 tokens: costmodel.REFERENCE_CONTEXT when this shipped (a migration never changes)
+    db.execute("insert into target_costs_new select target, n_tokens, 0, ms_sum, count,"
+               " count * 64, updated_utc from target_costs")
+    db.execute("drop table target_costs")
+    db.execute("alter table target_costs_new rename to target_costs")
 
 
 RESCAN_MARK = "rescanned"  # a content_hash no sha256 hex equals: the source is read again

@@ -1,7 +1,9 @@
-"""The calibration cache: t(n) measured once per Target and machine, not once per history.
+"""The calibration cache: t(n, context) measured once per Target and machine, not once per
+history.
 
-:meth:`CostModel.calibrate` takes ~1.6 s on a quiet 2-core machine (16.8 s was seen on
-a busy one), and every new history database (a new user, every test, a bench run)
+:meth:`CostModel.calibrate` takes ~3 s on a quiet 2-core machine (its first level alone
+~1.6 s, 16.8 s was seen for it on a busy one; the second ~1.9x the first in all, measured
+here under load), and every new history database (a new user, every test, a bench run)
 would pay it again. So a calibration is also kept in
 ``<cache>/calibration/<backend>-<hash of the key>.json`` (``<cache>``:
 ``$ASSISTD_CACHE_DIR``, else the user cache dir, as the torch weights), keyed by
@@ -10,12 +12,15 @@ would pay it again. So a calibration is also kept in
   first and last MiB), device (GPU layers included), threads, numerics, dtype, and the
   accelerator by name (torch's CUDA device name: another card, another t(n));
 - the machine: CPU model, architecture, core count, usable cores;
-- :data:`CACHE_VERSION` (the calibration method).
+- :data:`CACHE_VERSION` (the calibration method; version 1 files, t(n) at one context,
+  are not read and the Target is measured again), and the context of the second level
+  when the Target's window holds it (none when it does not).
 
-The context window is not in the key: calibration runs at 64 tokens of context
-whatever the window. Files are written atomically (a temporary file, then
-``os.replace``) and read defensively: a corrupt file, or one whose key is not ours, is a
-warning, a new calibration and an overwrite, never a crash. A calibration that fell
+The context window itself is not in the key: the levels are at 64 and
+:data:`~assistd.ground.costmodel.LONG_CONTEXT` tokens whatever the window. Files are
+written atomically (a temporary file, then ``os.replace``) and read defensively: a
+corrupt file, or one whose key is not ours, is a warning, a new calibration and an
+overwrite, never a crash. A calibration that fell
 back to the reference curve (a busy machine, :attr:`CostModel.note`) is kept for
 :data:`BUSY_TTL_S` only: the load is usually gone by then, and a new database then
 measures again, while those made meanwhile (a test run) do not pay for it each.
@@ -33,11 +38,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from assistd.ground.costmodel import CostModel
+from assistd.ground.costmodel import LONG_CONTEXT, LONG_SIZES, CostModel
 from assistd.ground.errors import InputError
 from assistd.targets.hf import cache_root
 
-CACHE_VERSION = 1  # bump when CostModel.calibrate measures differently
+CACHE_VERSION = 2  # bump when CostModel.calibrate measures differently (2: t(n, context))
 DIGEST_BYTES = 1 << 20  # the model file's head and tail that are hashed
 BACKEND_PACKAGES = {"llama": "llama_cpp_python", "torch": "torch"}
 BUSY_TTL_S = 3600.0  # how long a busy machine's fallback calibration is reused (s)
@@ -116,8 +121,9 @@ def target_identity(target) -> dict:
 
 def calibration_key(target) -> dict:
     """The cache key of ``target`` on this machine: a JSON-able dict."""
+    fits = LONG_CONTEXT + max(LONG_SIZES) < getattr(target, "n_ctx", 0)
     return {"version": CACHE_VERSION, "target": target_identity(target),
-            "machine": machine_identity()}
+            "machine": machine_identity(), "long_context": LONG_CONTEXT if fits else None}
 
 
 def cache_file(key: dict) -> Path:
@@ -147,15 +153,17 @@ def read_cached(key: dict, now: float | None = None) -> CostModel | None:
         log.info("calibration cache %s holds a busy machine's fallback from over %.0f s"
                  " ago: calibrating again", path, BUSY_TTL_S)
         return None
-    return CostModel(cm.points, source=f"cached:{path}", note=note)
+    return CostModel(cm.points, source=f"cached:{path}", note=note, context=cm.context,
+                     levels=cm.levels)
 
 
 def write_cached(key: dict, cost: CostModel, seconds: float) -> Path | None:
     """Write ``cost`` for ``key`` atomically; returns the file, or None (and a warning)
     when the cache dir is not writable: the calibration is then only in the history."""
     path = cache_file(key)
-    body = {"key": key, "points": {str(n): ms for n, ms in sorted(cost.points.items())},
-            "note": cost.note, "seconds": round(seconds, 3), "calibrated_utc": time.time()}
+    body = {"key": key, **cost.as_dict(), "note": cost.note, "seconds": round(seconds, 3),
+            "calibrated_utc": time.time()}
+    body.pop("source", None)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,7 +181,7 @@ def write_cached(key: dict, cost: CostModel, seconds: float) -> Path | None:
 
 
 def calibration(target, *, use_cache: bool = True) -> tuple[CostModel, str]:
-    """t(n) of a loaded Target: from the cache, else measured
+    """t(n, context) of a loaded Target: from the cache, else measured
     (:meth:`CostModel.calibrate`) and cached. Returns the cost model and how it was got:
     ``"cache FILE"`` or ``"calibrated in S s"`` (plus where it was cached, or why not).
     ``use_cache=False`` measures and writes nothing to the cache (a fresh calibration)."""
@@ -200,4 +208,8 @@ def calibration(target, *, use_cache: bool = True) -> tuple[CostModel, str]:
 
 
 def _fmt(cost: CostModel) -> str:
-    return ", ".join(f"t({n}) = {ms:.1f} ms" for n, ms in sorted(cost.points.items()))
+    text = ", ".join(f"t({n}) = {ms:.1f} ms" for n, ms in sorted(cost.points.items()))
+    for context, points in sorted(cost.levels.items()):
+        text += f"; after {context} tokens: " + ", ".join(
+            f"t({n}) = {ms:.1f} ms" for n, ms in sorted(points.items()))
+    return text

@@ -16,9 +16,10 @@ docs/design.md, 'The ledger'; tried_i = rounds that verified position i):
     E[committed | k] = 1 + Σ_{i<=k} P(len >= i) A_i
     E[ms | k] = Σ_{L<=k} P(len = L | k) (draft_ms(L) + t(L + 1))
 
-where t(n) is the Target's measured forward time over n tokens (the online
-:class:`~assistd.ground.costmodel.CostModel`) and draft_ms(L) the measured propose() time of
-a draft of L tokens. k = 0 (a plain step, no proposer call) has rate 1 / t(1): when
+where t(n) is the Target's measured forward time over n tokens after the context the
+estimate is for (the online :class:`~assistd.ground.costmodel.CostModel`, t(n, context),
+learned per context bucket) and draft_ms(L) the measured propose() time of a draft of L
+tokens. k = 0 (a plain step, no proposer call) has rate 1 / t(1): when
 no k beats it, the tuner turns speculation off for that file type. Rounds cut by
 their ceiling are censored, never counted as the proposer stopping (ceiling_stops).
 
@@ -47,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from assistd.decoding.calibration import calibration
-from assistd.ground.costmodel import CostModel
+from assistd.ground.costmodel import CostModel, context_bucket
 from assistd.ground.ledger import Ledger
 from storage.ledger_store import HALF_LIFE_S, MAX_COST_SAMPLES, MAX_STEPS
 
@@ -124,10 +125,13 @@ def _ratio_smoothed(num: list[float], den: list[float], prior: list[float] | Non
 
 
 def estimate(ledger: Ledger, cost: CostModel, *, k_max: int = K_MAX,
-             prior: Estimate | None = None, prior_weight: float = PRIOR_WEIGHT) -> Estimate:
+             prior: Estimate | None = None, prior_weight: float = PRIOR_WEIGHT,
+             context: int | None = None) -> Estimate:
     """Predict committed tokens and ms per step for every ceiling k = 0..k_max from a
     ledger (decayed counters), and pick the best k (ties: the smaller). See the module
-    docstring for the formulas. ``prior`` (the global estimate) fills sparse data."""
+    docstring for the formulas. ``prior`` (the global estimate) fills sparse data;
+    ``context``: tokens in the KV cache the steps run after (None: the cost model's
+    reference context)."""
     acc, reach = ledger.accepted_per_position, ledger.reached_per_position
     stops = ledger.ceiling_stops
     get = lambda xs, i: xs[i] if i < len(xs) else 0.0  # noqa: E731
@@ -156,7 +160,7 @@ def estimate(ledger: Ledger, cost: CostModel, *, k_max: int = K_MAX,
         else:
             draft_ms.append(per_call)
 
-    round_ms = cost.table(k_max)
+    round_ms = cost.table(k_max, context=context)
     p_ge = np.concatenate([[1.0], np.cumprod(r)])  # P(len >= i), i = 0..k_max
     gain = p_ge[1:] * np.cumprod(a)  # P(len >= i and 1..i accepted)
     step_ms = np.asarray(draft_ms) + round_ms  # a step whose draft has L tokens
@@ -200,8 +204,9 @@ class Tuner:
         self.rng = random.Random(seed)
         self._seed_cost = cost
         self._ledgers: dict[tuple[str, str], Ledger] = {}  # (language, proposer) -> counters
-        self._costs: dict[int, list[float]] = {}  # n_tokens -> [ms_sum, count]
-        self._cache: dict[tuple[str, str], Estimate] = {}
+        # (n_tokens, context bucket) -> [ms_sum, count, context tokens sum]
+        self._costs: dict[tuple[int, int], list[float]] = {}
+        self._cache: dict[tuple, Estimate] = {}
         self._as_of: dict[tuple[str, str], float] = {}  # when each sum was last decayed
         if store is not None:
             loaded_at = time.time() if now is None else now
@@ -209,8 +214,8 @@ class Tuner:
                 key = (row.language_id, row.proposer)
                 self._ledgers.setdefault(key, Ledger()).add(row.ledger)
                 self._as_of[key] = loaded_at
-            for n, (mean, count) in store.costs(target, now=loaded_at).items():
-                self._costs[n] = [mean * count, count]
+            for key, (mean, count, ctx) in store.cost_points(target, now=loaded_at).items():
+                self._costs[key] = [mean * count, count, ctx * count]
         self._cost_model = None
         self.calibration = "given"  # how the seed t(n) was got (set by open)
 
@@ -220,18 +225,29 @@ class Tuner:
         """A tuner for a loaded Target. If the store holds no forward times for it yet,
         seed them from the calibration cache of this Target and machine
         (:mod:`assistd.decoding.calibration`), else calibrate t(n)
-        (:meth:`CostModel.calibrate`, ~1.6 s for the embedded model on 2 quiet CPU cores)
+        (:meth:`CostModel.calibrate`, ~3 s for the embedded model on 2 quiet CPU cores)
         and cache it; either way store it. ``calibrate=False`` starts from the reference
         CPU's figures (:meth:`CostModel.brief`) instead; ``use_cache=False`` calibrates
         afresh and leaves the cache alone. How t(n) was got is in :attr:`calibration`:
-        ``"stored"``, ``"cache FILE"``, ``"calibrated in S s ..."`` or ``"reference"``."""
+        ``"stored"``, ``"cache FILE"``, ``"calibrated in S s ..."`` or ``"reference"``.
+        A store with times at the reference context only (written before t(n, context))
+        gets the calibration's longer contexts added (``"stored; context levels from
+        ..."``)."""
         key = target_key(target_obj)
-        have = store is not None and 1 in store.costs(key)
+        stored = store.cost_points(key) if store is not None else {}
+        have = (1, 0) in stored
         seed_cost, how = CostModel.brief(), "stored" if have else "reference"
-        if not have and calibrate:
-            seed_cost, how = calibration(target_obj, use_cache=use_cache)
+        if calibrate and not (have and any(b > 0 for _, b in stored)):
+            seed_cost, got = calibration(target_obj, use_cache=use_cache)
+            if have:
+                how = f"stored; context levels from {got}" if seed_cost.levels else "stored"
+            else:
+                how = got
             if store is not None:
-                store.add_costs(key, seed_cost.points)
+                if not have:
+                    store.add_costs(key, seed_cost.points, context=seed_cost.context)
+                for context, points in seed_cost.levels.items():
+                    store.add_costs(key, points, context=context)
         tuner = cls(store, key, seed_cost, **kwargs)
         tuner.calibration = how
         if not have and calibrate and store is None:
@@ -239,69 +255,112 @@ class Tuner:
         return tuner
 
     def seed_costs(self, cost: CostModel, weight: float = 3.0) -> None:
-        """Count ``cost``'s points as ``weight`` measured forwards each (in memory only:
-        :meth:`open` stores a calibration through the store instead)."""
-        for n, ms in cost.points.items():
-            c = self._costs.setdefault(int(n), [0.0, 0.0])
-            c[0] += ms * weight
-            c[1] += weight
+        """Count ``cost``'s points, at every context level, as ``weight`` measured
+        forwards each (in memory only: :meth:`open` stores a calibration through the
+        store instead)."""
+        for context, points in {cost.context: cost.points, **cost.levels}.items():
+            for n, ms in points.items():
+                c = self._costs.setdefault((int(n), context_bucket(context)), [0.0, 0.0, 0.0])
+                c[0] += ms * weight
+                c[1] += weight
+                c[2] += context * weight
         self._cost_model = None
         self._cache.clear()
 
     # -- the cost model ------------------------------------------------------
 
     def cost_model(self) -> CostModel:
-        """t(n) from measured forwards, falling back to the seed model where nothing was
-        measured. A point with few forwards is shrunk toward the line through the
-        well-measured points (``COST_PRIOR`` pseudo-forwards): one slow exploration round
-        at n = 6 must not make every ceiling past 5 look bad. Made non-decreasing in n."""
+        """t(n, context) from measured forwards: one level per context bucket that has
+        any, at the bucket's mean context, falling back to the seed model where nothing
+        was measured. A point with few forwards is shrunk toward a prior
+        (``COST_PRIOR`` pseudo-forwards): for the shortest context the line through its
+        well-measured points (with t(1); else the seed), for a longer one the model of
+        the shorter contexts at its context (its well-measured points stand as they
+        are): one slow exploration round at n = 6 must not
+        make every ceiling past 5 look bad. A longer context's token counts without data
+        come from that prior too, and what it measured at small n lifts the larger ones
+        (:class:`CostModel`). Made non-decreasing in n and in the context."""
         if self._cost_model is None:
-            # A forward measured at 0 ms (a clock too coarse) is no measurement.
-            data = {n: (s / c, c) for n, (s, c) in self._costs.items() if c > 0 and s > 0}
-            if 1 not in data:
-                self._cost_model = self._seed_cost
-            else:
-                solid = {n: m for n, (m, c) in data.items() if c >= COST_PRIOR}
-                if 1 not in solid:  # nothing is solid yet: the raw means, as they are
-                    solid = {n: m for n, (m, _) in data.items()}
-                base = CostModel(_monotone(solid))
-                points = {n: (m * c + COST_PRIOR * base.t_ms(n)) / (c + COST_PRIOR)
-                          for n, (m, c) in data.items()}
-                self._cost_model = CostModel(_monotone(points), source=f"measured:{self.target}")
+            self._cost_model = self._learned_costs()
         return self._cost_model
+
+    def _learned_costs(self) -> CostModel:
+        cells: dict[int, dict[int, tuple[float, float]]] = {}  # bucket -> {n: (mean, count)}
+        mean_ctx: dict[int, list[float]] = {}  # bucket -> [context sum, count]
+        for (n, bucket), (s, c, ctx) in self._costs.items():
+            if c > 0 and s > 0:  # a forward measured at 0 ms (a clock too coarse) is none
+                cells.setdefault(bucket, {})[n] = (s / c, c)
+                m = mean_ctx.setdefault(bucket, [0.0, 0.0])
+                m[0], m[1] = m[0] + ctx, m[1] + c
+        if not cells:
+            return self._seed_cost
+        levels: dict[int, dict[int, float]] = {}
+        below: CostModel | None = None
+        for bucket in sorted(cells):
+            data = cells[bucket]
+            context = int(round(mean_ctx[bucket][0] / mean_ctx[bucket][1]))
+            if levels:  # buckets partition the contexts; rounding must not merge two
+                context = max(context, max(levels) + 1)
+            solid = {n: m for n, (m, c) in data.items() if c >= COST_PRIOR}
+            if below is None and 1 in data:  # the shortest context: its own line (the raw
+                # means, as they are, while nothing is solid)
+                prior = CostModel(_monotone(solid if 1 in solid else
+                                            {n: m for n, (m, _) in data.items()})).t_ms
+            else:  # a longer one: the shape of the shorter contexts at this context (a
+                # bucket of plain steps alone must not price a round at n x t(1)); its
+                # solid points stand as measured
+                model = below if below is not None else self._seed_cost
+                shape = lambda n, m=model, c=context: m.t_ms(n, c)  # noqa: E731
+                prior = lambda n, f=shape: solid.get(n) or f(n)  # noqa: E731
+            knots = set(data) | {1} | ({int(n) for n in below._knots} if below else set())
+            levels[context] = _monotone({
+                n: (data[n][0] * data[n][1] + COST_PRIOR * prior(n)) / (data[n][1] + COST_PRIOR)
+                if n in data else prior(n) for n in knots})
+            first = min(levels)
+            below = CostModel(levels[first], context=first,
+                              levels={c: pts for c, pts in levels.items() if c != first})
+        return CostModel(below.points, source=f"measured:{self.target}", context=below.context,
+                         levels=below.levels)
 
     # -- choosing ------------------------------------------------------------
 
-    def global_estimate(self, proposer: str) -> Estimate:
-        """The estimate from every language of ``proposer`` together (a new file type's prior)."""
-        key = ("*", proposer)
+    def global_estimate(self, proposer: str, context: int | None = None) -> Estimate:
+        """The estimate from every language of ``proposer`` together (a new file type's
+        prior), for steps after ``context`` tokens (None: the reference context)."""
+        key = ("*", proposer, context)
         if key not in self._cache:
             total = Ledger()
             for (_, prop), led in self._ledgers.items():
                 if prop == proposer:
                     total.add(led)
-            self._cache[key] = estimate(total, self.cost_model(), k_max=self.k_max)
+            self._cache[key] = estimate(total, self.cost_model(), k_max=self.k_max,
+                                        context=context)
         return self._cache[key]
 
-    def estimate(self, proposer: str, language: str | None) -> Estimate:
+    def estimate(self, proposer: str, language: str | None,
+                 context: int | None = None) -> Estimate:
         """The estimate for one language id (None: "plaintext") and proposer, its sparse
-        data filled from :meth:`global_estimate`."""
-        key = (language or "plaintext", proposer)
+        data filled from :meth:`global_estimate`, for steps after ``context`` tokens of
+        KV cache (the prompt's length; None: the cost model's reference context)."""
+        key = (language or "plaintext", proposer, context)
         if key not in self._cache:
-            glob = self.global_estimate(proposer)
-            mine = self._ledgers.get(key)
+            glob = self.global_estimate(proposer, context)
+            mine = self._ledgers.get(key[:2])
             self._cache[key] = glob if mine is None else estimate(
-                mine, self.cost_model(), k_max=self.k_max, prior=glob)
+                mine, self.cost_model(), k_max=self.k_max, prior=glob, context=context)
         return self._cache[key]
 
-    def choose(self, proposer: str, language: str | None) -> int:
-        """The best ceiling for this language and proposer (0 = plain decoding)."""
-        return self.estimate(proposer, language).k
+    def choose(self, proposer: str, language: str | None, context: int | None = None) -> int:
+        """The best ceiling for this language and proposer after ``context`` tokens
+        (0 = plain decoding)."""
+        return self.estimate(proposer, language, context).k
 
-    def policy(self, proposer: str, language: str | None) -> Callable[[], int]:
+    def policy(self, proposer: str, language: str | None,
+               context: int | None = None) -> Callable[[], int]:
         """A per-step ceiling for :func:`assistd.decoding.engine.generate` (``ceiling=``): the best
-        k, and with probability ``explore`` a longer one (2k, at least 2, at most k_max)."""
-        best = self.choose(proposer, language)
+        k for a prompt of ``context`` tokens (None: the reference context), and with
+        probability ``explore`` a longer one (2k, at least 2, at most k_max)."""
+        best = self.choose(proposer, language, context)
         longer = min(self.k_max, max(2, 2 * best))
         if longer == best or not self.explore:
             return lambda: best
@@ -324,31 +383,32 @@ class Tuner:
         self._ledgers[key] = total.scaled(cap / total.steps) if total.steps > cap else total
         self._as_of[key] = now
         costs = self._forward_times(ledger) if self.learn_costs else {}
-        for n, (ms_sum, steps) in costs.items():
-            c = self._costs.setdefault(n, [0.0, 0.0])
+        for key, (ms_sum, steps, ctx_sum) in costs.items():
+            c = self._costs.setdefault(key, [0.0, 0.0, 0.0])
             c[0] += ms_sum
             c[1] += steps
+            c[2] += ctx_sum
             if c[1] > MAX_COST_SAMPLES:  # as the store: recent forwards weigh most
-                c[0], c[1] = c[0] * MAX_COST_SAMPLES / c[1], MAX_COST_SAMPLES
+                scale = MAX_COST_SAMPLES / c[1]
+                c[0], c[1], c[2] = c[0] * scale, MAX_COST_SAMPLES, c[2] * scale
         self._cache.clear()
         self._cost_model = None
         if self.store is not None:
             self.store.add(scope or "", language, proposer, self.target, ledger, now=now,
                            costs=costs)
 
-    def _forward_times(self, ledger: Ledger) -> dict[int, tuple[float, float]]:
-        """``{n_tokens: (ms sum, forwards)}`` of a generation, each mean clipped to
-        ``OUTLIER`` times the current t(n): one generation on a machine that was busy
-        for a moment (another process holding the cores; measured here: a forward of
-        11 ms taking seconds) must not teach the tuner that drafting never pays."""
-        model = self.cost_model() if 1 in self._costs else None
+    def _forward_times(self, ledger: Ledger) -> dict[tuple[int, int], tuple[float, float, float]]:
+        """``{(n_tokens, context bucket): (ms sum, forwards, context tokens sum)}`` of a
+        generation (:meth:`Ledger.forward_times`), each mean clipped to ``OUTLIER``
+        times the current t(n, its mean context): one generation on a machine that was
+        busy for a moment (another process holding the cores; measured here: a forward
+        of 11 ms taking seconds) must not teach the tuner that drafting never pays."""
+        model = self.cost_model() if any(n == 1 for n, _ in self._costs) else None
         out = {}
-        for L, steps in enumerate(ledger.steps_by_len):
-            if steps:
-                ms = ledger.verify_ms_by_len[L]
-                if model is not None:
-                    ms = min(ms, OUTLIER * model.t_ms(L + 1) * steps)
-                out[L + 1] = (ms, steps)
+        for (n, bucket), (ms, steps, ctx) in ledger.forward_times().items():
+            if model is not None:
+                ms = min(ms, OUTLIER * model.t_ms(n, ctx / steps) * steps)
+            out[(n, bucket)] = (ms, steps, ctx)
         return out
 
 

@@ -441,11 +441,13 @@ def test_damaged_ledger_row_is_skipped_then_replaced(tmp_path):
         bad["accepted_per_position"][1] = -100  # would give a negative a_i
         c.execute("update ledger set counters = ? where language_id = 'yaml'", [json.dumps(bad)])
         c.execute("update target_costs set ms_sum = 'x' where n_tokens = 5")
-        c.execute("insert into target_costs values ('T', 'abc', 1.0, 1.0, 0.0)")
-        c.execute("insert into target_costs values ('T', 0, 5.0, 1.0, 0.0)")
-        c.execute("insert into target_costs values ('T', 1, 11.0, 1.0, NULL)")
+        for row in ("'abc', 0, 1.0, 1.0, 64.0, 0.0", "0, 0, 5.0, 1.0, 64.0, 0.0",
+                    "1, 0, 11.0, 1.0, 64.0, NULL", "1, 'x', 11.0, 1.0, 64.0, 0.0",
+                    "1, 512, 11.0, 1.0, NULL, 0.0", "2, 512, 11.0, 1.0, -5.0, 0.0"):
+            c.execute("insert into target_costs (target, n_tokens, context_bucket, ms_sum,"
+                      f" count, context_sum, updated_utc) values ('T', {row})")
     assert [r.language_id for r in ls.rows(now=0.0)] == ["json"]
-    assert ls.costs("T", now=0.0) == {}
+    assert ls.costs("T", now=0.0) == {} and ls.cost_points("T", now=0.0) == {}
     Tuner(ls, "T", COST, now=0.0).choose("suffix", "python")  # opens, no crash
     for lang in ("python", "markdown"):
         ls.add("s", lang, "suffix", "T", _generation(3, 0), now=0.0)
@@ -626,3 +628,119 @@ def test_an_unwritable_cache_dir_still_gives_a_tuner(target, tmp_path, monkeypat
     assert "cannot write the calibration cache" in caplog.text
     assert 1 in ls.costs(tuner.target)  # the history has it all the same
     ls.store.close()
+
+
+# ---------------------------------------------------------------- t(n, context)
+
+
+def _timed_generation(context: int, t1: float, t4: float, steps: int = 20) -> Ledger:
+    """Plain steps and 3-token rounds after ``context`` tokens, timed t1 / t4 ms."""
+    led = Ledger()
+    for _ in range(steps):
+        led.record_plain_step(verify_ms=t1, context=context)
+        led.record_round(3, 1, ceiling=3, verify_ms=t4, context=context)
+    return led
+
+
+def test_forward_times_are_learned_per_context_and_persisted(tmp_path):
+    db = tmp_path / "h.db"
+    ls = LedgerStore(HistoryStore(db))
+    tuner = Tuner(ls, "T", CostModel.brief(), now=0.0)
+    tuner.record("s", "python", "suffix", _timed_generation(60, 10.0, 20.0), now=0.0)
+    tuner.record("s", "python", "suffix", _timed_generation(1500, 25.0, 45.0), now=0.0)
+    cm = tuner.cost_model()
+    assert cm.context == 60 and sorted(cm.levels) == [1500]  # the buckets' mean contexts
+    assert cm.t_ms(1) == pytest.approx(10.0) and cm.t_ms(4, 1500) == pytest.approx(45.0)
+    assert cm.t_ms(1, 780) == pytest.approx(17.5)  # halfway between the two contexts
+    assert ls.cost_points("T", now=0.0) == {
+        (1, 0): (pytest.approx(10.0), pytest.approx(20.0), pytest.approx(60.0)),
+        (4, 0): (pytest.approx(20.0), pytest.approx(20.0), pytest.approx(60.0)),
+        (1, 1024): (pytest.approx(25.0), pytest.approx(20.0), pytest.approx(1500.0)),
+        (4, 1024): (pytest.approx(45.0), pytest.approx(20.0), pytest.approx(1500.0))}
+    assert ls.costs("T", now=0.0) == {1: (pytest.approx(10.0), pytest.approx(20.0)),
+                                      4: (pytest.approx(20.0), pytest.approx(20.0))}
+    ls.store.close()
+    again = Tuner(LedgerStore(HistoryStore(db)), "T", CostModel.brief(), now=0.0)
+    assert list(again.cost_model().levels) == [1500]
+    assert again.cost_model().levels[1500] == pytest.approx(cm.levels[1500])
+    assert again.cost_model().t_ms(4, 1500) == pytest.approx(45.0)
+
+
+def test_a_sparse_long_context_borrows_its_shape_from_the_shorter_ones():
+    """A bucket with only plain steps measured still prices a 9-token round: from the
+    shorter contexts' model at its context, not from nothing."""
+    tuner = Tuner(None, "T", CostModel.brief())
+    tuner.record("s", "python", "x", _timed_generation(64, 11.0, 26.0))
+    led = Ledger()
+    for _ in range(20):
+        led.record_plain_step(verify_ms=30.0, context=2000)
+    tuner.record("s", "python", "x", led)
+    cm = tuner.cost_model()
+    assert cm.t_ms(1, 2000) == pytest.approx(30.0)
+    # Not 9 x t(1), which would turn drafting off for good: the shorter context's
+    # shape (t(4) = 26, then 5 ms a token), raised where it lies below t(1) = 30.
+    assert cm.t_ms(4, 2000) == pytest.approx(30.0)
+    assert cm.t_ms(9, 2000) == pytest.approx(30.0 + 5 * 5.0)
+    assert cm.t_ms(9, 2000) >= cm.t_ms(9, 64)
+
+
+def test_unknown_contexts_count_at_the_reference_context():
+    led = Ledger()
+    led.record_plain_step(verify_ms=12.0)
+    led.record_plain_step(verify_ms=30.0, context=1000)
+    led.record_round(2, 0, verify_ms=20.0)
+    assert led.forward_times() == {(1, 0): (12.0, 1.0, 64.0), (1, 512): (30.0, 1.0, 1000.0),
+                                   (3, 0): (20.0, 1.0, 64.0)}
+
+
+def test_the_ceiling_follows_the_prompts_context():
+    """Where a long context makes every extra draft token dearer (t(n, 2000) = t(n, 64)
+    + 10 ms per token, on top of 8 ms more per forward), the same acceptance pays for a
+    shorter ceiling there (the true optima: 3 and 2); the policy takes the prompt's length."""
+    short = CostModel.brief().points
+    cost = CostModel(short, levels={2000: {n: ms + 8.0 + 10.0 * n for n, ms in short.items()}})
+    tuner = Tuner(None, "T", cost, explore=0.0, learn_costs=False)
+    drafts = FixedAcceptance([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2] + [0.1] * 8,
+                             random.Random(3), cost)
+    for _ in range(10):
+        tuner.record("s", "python", "x", drafts.generation(lambda: 8, 100))
+    near, far = tuner.choose("x", "python"), tuner.choose("x", "python", context=2000)
+    assert near == tuner.policy("x", "python")() and far == tuner.policy("x", "python", 2000)()
+    assert far < near
+    assert tuner.estimate("x", "python", 2000).expected_ms[0] == pytest.approx(cost.t_ms(1, 2000))
+
+
+def test_outliers_are_clipped_against_t_at_their_own_context():
+    """A forward after 2,000 tokens may take 3x the reference t(1) and more: it is
+    clipped against t(1, 2000), not t(1) after 64 tokens."""
+    cost = CostModel({1: 10.0}, levels={2000: {1: 40.0}})
+    tuner = Tuner(None, "T", cost)
+    tuner.seed_costs(cost)
+    led = Ledger()
+    for _ in range(30):
+        led.record_plain_step(verify_ms=45.0, context=2000)
+    tuner.record("s", "python", "x", led)
+    assert tuner.cost_model().t_ms(1, 2000) == pytest.approx((3 * 40.0 + 30 * 45.0) / 33)
+
+
+def test_the_cache_keeps_the_context_levels_and_old_versions_are_measured_again(target,
+                                                                                own_cache):
+    from assistd.decoding import calibration as cal
+    from assistd.ground.costmodel import LONG_CONTEXT
+
+    key = cal.calibration_key(target)
+    assert key["version"] == 2 and key["long_context"] == LONG_CONTEXT  # 2,048 holds it
+    cm = CostModel({1: 11.0, 8: 43.0}, levels={LONG_CONTEXT: {1: 14.0, 8: 50.0}})
+    path = cal.write_cached(key, cm, 2.0)
+    back = cal.read_cached(key)
+    assert back.levels == cm.levels and back.context == 64 and back.points == cm.points
+    # A version 1 file (t(n) at 64 tokens only) is another key's: never read for this one.
+    old = {k: v for k, v in key.items() if k != "long_context"} | {"version": 1}
+    assert cal.cache_file(old) != path
+
+    class SmallWindow:  # the same Target and machine, a window too small for the long level
+        def __getattr__(self, name):
+            return 256 if name == "n_ctx" else getattr(target, name)
+
+    small = cal.calibration_key(SmallWindow())
+    assert small["long_context"] is None and cal.cache_file(small) != path
