@@ -12,7 +12,7 @@ of accepted tokens).
 
 Two steps beyond SuffixDecoding. The count ratios are discounted by the match
 length they rest on (a 1-token match is weak evidence, a 32-token match strong; see
-MATCH_PRIOR). And with a cost model t(n) of the Target, the draft is
+MATCH_PRIOR). And with a cost model t(n, context) of the Target, the draft is
 cut to the length L that maximises expected committed tokens per millisecond,
 ``(1 + Σ_{i≤L} A_i) / t(L + 1)`` with A_i the cumulative estimate, and no draft at
 all (a plain step) when L = 0 wins. On a CPU, where t(9) ≈ 4 t(1) (docs/design.md,
@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from assistd.ground.costmodel import CostModel
+from assistd.ground.costmodel import REFERENCE_CONTEXT, CostModel, context_bucket
 from proposers.base import Draft, Proposer, register
 from proposers.index import MAX_DEPTH, HistoryIndex, Occurrences
 from proposers.match import frequent_path, frequent_tree, live_occurrences
@@ -66,6 +66,14 @@ def best_length(probs, round_ms) -> int:
 # acceptance on top of it; learning c itself per language is not done yet.
 MATCH_PRIOR = {"context": 1.5, "history": 4.0}
 
+# (alpha, min_token_prob) defaults. Chains: SuffixDecoding's max_spec_factor 1 and
+# min_token_prob 0.1. Trees: a node down to a 0.1% estimate, 4 tokens deep per matched
+# token; the node budget and the cost model cut the rest. Fitted on `assistd replay` of
+# the shared transcripts (223,116 model tokens, flat cost, 64 nodes, k 16): tokens per
+# Target call 2.64 with the chain defaults, 3.40 with these, 3.44 with alpha 16.
+CHAIN_DEFAULTS = (1.0, 0.1)
+TREE_DEFAULTS = (4.0, 0.001)
+
 
 @register
 class SuffixProposer(Proposer):
@@ -74,8 +82,9 @@ class SuffixProposer(Proposer):
     history:        the scope's history index, or None (live request only).
     max_depth:      longest context suffix matched, in tokens.
     alpha:          draft cap per matched token: at most ``floor(alpha * match_len)``
-                    tokens (SuffixDecoding's max_spec_factor).
-    min_token_prob: stop when the cumulative estimate falls below it.
+                    tokens deep (SuffixDecoding's max_spec_factor) [default: 1, trees 4].
+    min_token_prob: stop when the cumulative estimate falls below it [default: 0.1,
+                    trees 0.001].
     prior:          pseudo-count added to every denominator; > 0 makes rare evidence
                     less sure (1 occurrence -> 1 / (1 + prior)).
     match_prior:    ``{"context": c, "history": c}``: each count ratio is multiplied by
@@ -96,10 +105,16 @@ class SuffixProposer(Proposer):
     name = "suffix"
 
     def __init__(self, history: HistoryIndex | None = None, *, max_depth: int = MAX_DEPTH,
-                 alpha: float = 1.0, min_token_prob: float = 0.1, prior: float = 0.0,
+                 alpha: float | None = None, min_token_prob: float | None = None,
+                 prior: float = 0.0,
                  cost: CostModel | None = None, use_context: bool = True, min_match: int = 1,
                  match_prior: dict[str, float] | None = None, tree: bool = False,
                  max_nodes: int = 64, max_leaves: int | None = None):
+        # Trees: the node budget and the cost model size the round, so the floors that
+        # keep a chain short are far lower (TREE_DEFAULTS).
+        chain_alpha, chain_floor = TREE_DEFAULTS if tree and max_leaves != 1 else CHAIN_DEFAULTS
+        alpha = chain_alpha if alpha is None else alpha
+        min_token_prob = chain_floor if min_token_prob is None else min_token_prob
         if max_depth < 1 or alpha <= 0 or not 0 <= min_token_prob <= 1 or prior < 0:
             raise ValueError("need max_depth >= 1, alpha > 0, 0 <= min_token_prob <= 1, prior >= 0")
         if max_nodes < 1 or (max_leaves is not None and max_leaves < 1):
@@ -110,11 +125,23 @@ class SuffixProposer(Proposer):
         self.min_token_prob, self.prior, self.cost = min_token_prob, prior, cost
         self.use_context, self.min_match = use_context, max(1, min_match)
         self.match_prior = {**MATCH_PRIOR, **(match_prior if match_prior is not None else {})}
-        width = max(MAX_DEPTH, max_nodes) if self.tree else MAX_DEPTH
-        self._round_ms = cost.table(width).tolist() if cost is not None else None
-        # The shortest match per source whose best imaginable continuation (every count
-        # ratio 1) could pay under the cost model: shorter matches are not even read.
-        self._min_len = {src: self._shortest_paying(c) for src, c in self.match_prior.items()}
+        self._width = max(MAX_DEPTH, max_nodes) if self.tree else MAX_DEPTH
+        self._by_bucket: dict[int, tuple[list[float] | None, dict[str, int]]] = {}
+        self._round_ms, self._min_len = self._costs(None)
+
+    def _costs(self, context: int | None) -> tuple[list[float] | None, dict[str, int]]:
+        """Round costs ``[L] -> ms`` after ``context`` tokens (t(n, context), cached per
+        context bucket at the bucket's lower bound) and, per source, the shortest match
+        whose best imaginable continuation (every count ratio 1) could pay there:
+        shorter matches are not even read."""
+        key = -1 if context is None else context_bucket(context)
+        if key not in self._by_bucket:
+            at = None if context is None else max(key, REFERENCE_CONTEXT)
+            self._round_ms = (self.cost.table(self._width, context=at).tolist()
+                              if self.cost is not None else None)
+            self._by_bucket[key] = (self._round_ms, {
+                src: self._shortest_paying(c) for src, c in self.match_prior.items()})
+        return self._by_bucket[key]
 
     def _shortest_paying(self, c: float) -> int:
         if self._round_ms is None:
@@ -168,6 +195,8 @@ class SuffixProposer(Proposer):
         if k < 1:
             return None
         context = np.asarray(context, dtype=np.int64)
+        # The forward will follow len(context) - 1 cached tokens: price rounds there.
+        self._round_ms, self._min_len = self._costs(len(context) - 1)
         depth = min(k, MAX_DEPTH)
         found = self._occurrences(context, depth, scope)
         if self.tree:
@@ -291,7 +320,7 @@ def _tree_draft(chosen, occs) -> Draft:
             if parents[i] != i - 1:
                 break
             branch.append(tokens[i])
-        b = np.array(branch, dtype=np.int64)
+        b = np.array(branch[: occ.cont.shape[1]], dtype=np.int64)  # its source may end sooner
         on = np.flatnonzero((occ.cont[:, : len(b)] == b[None, :]).all(axis=1))
         if len(on):
             document = occ.name(int(on[np.argmax(occ.recency[on])]))

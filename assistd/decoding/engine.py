@@ -204,6 +204,7 @@ def generate(
                 draft = np.asarray(d.tokens, dtype=np.int64)
         num_draft = 0 if draft is None else len(draft)
 
+        kv = n - 1  # tokens in the KV cache before this forward: its cost's context
         t0 = time.perf_counter()
         tree = d.tree(int(ctx[n - 1])) if num_draft and d.is_tree else None
         if tree is not None:
@@ -257,9 +258,10 @@ def generate(
             leaf = not tree.children(path[-1]) if tree is not None else None
             ledger.record_round(num_draft, committed - 1, ceiling=k_cap,
                                 depth=d.depth if tree is not None else None, leaf=leaf,
-                                draft_ms=draft_ms, verify_ms=verify_ms)
+                                draft_ms=draft_ms, verify_ms=verify_ms, context=kv)
         else:
-            ledger.record_plain_step(proposed=asked, draft_ms=draft_ms, verify_ms=verify_ms)
+            ledger.record_plain_step(proposed=asked, draft_ms=draft_ms, verify_ms=verify_ms,
+                                     context=kv)
 
     ledger.total_ms = (time.perf_counter() - t_start) * 1000
     if proposer is not None:

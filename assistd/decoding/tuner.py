@@ -23,6 +23,11 @@ tokens. k = 0 (a plain step, no proposer call) has rate 1 / t(1): when
 no k beats it, the tuner turns speculation off for that file type. Rounds cut by
 their ceiling are censored, never counted as the proposer stopping (ceiling_stops).
 
+A token-tree round of depth L verifies more than L nodes; its forward is priced at
+t(mean nodes of depth-L rounds + 1) from the ledger's ``nodes_by_depth``, and its
+per-position counters (by depth along the accepted branch) feed a_i and r_i as a
+chain's do.
+
 Sparse data is shrunk toward a prior: a language's estimates toward the estimates of
 all languages together (a new file type starts from the global statistics), and
 those toward the previous position's estimate (positions never reached borrow from
@@ -161,6 +166,13 @@ def estimate(ledger: Ledger, cost: CostModel, *, k_max: int = K_MAX,
             draft_ms.append(per_call)
 
     round_ms = cost.table(k_max, context=context)
+    # Token trees: a round of depth L verified nodes_by_depth / rounds of that depth
+    # nodes (L for a chain), and its forward costs t(nodes + 1), not t(L + 1).
+    nodes = ledger.nodes_by_depth
+    for L in range(1, min(k_max, len(nodes)) + 1):
+        rounds_at = get(reach, L - 1) - get(reach, L)  # rounds whose depth is exactly L
+        if rounds_at >= 0.5 and nodes[L - 1] > L * rounds_at:
+            round_ms[L] = cost.t_ms(nodes[L - 1] / rounds_at + 1, context=context)
     p_ge = np.concatenate([[1.0], np.cumprod(r)])  # P(len >= i), i = 0..k_max
     gain = p_ge[1:] * np.cumprod(a)  # P(len >= i and 1..i accepted)
     step_ms = np.asarray(draft_ms) + round_ms  # a step whose draft has L tokens

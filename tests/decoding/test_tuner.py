@@ -744,3 +744,20 @@ def test_the_cache_keeps_the_context_levels_and_old_versions_are_measured_again(
 
     small = cal.calibration_key(SmallWindow())
     assert small["long_context"] is None and cal.cache_file(small) != path
+
+
+def test_tree_rounds_are_priced_by_the_nodes_they_verified():
+    """Two ledgers with the same acceptance by depth: chains of 2 tokens, and trees of
+    depth 2 with 6 nodes. On the reference CPU curve the tree rounds cost t(7), not
+    t(3): the expected ms at k = 2 is higher and the expected tokens the same."""
+    chain, tree = Ledger(), Ledger()
+    for i in range(200):
+        acc = 2 if i % 2 else 1
+        chain.record_round(2, acc)
+        tree.record_round(6, acc, depth=2, leaf=acc == 2)
+    assert tree.tree_rounds == 200 and tree.nodes_by_depth == [0, 1200]
+    cost = CostModel.brief()
+    e_chain, e_tree = estimate(chain, cost), estimate(tree, cost)
+    assert e_tree.expected_tokens[2] == pytest.approx(e_chain.expected_tokens[2])
+    assert e_chain.expected_ms[2] == pytest.approx(cost.t_ms(3), rel=0.05)
+    assert e_tree.expected_ms[2] == pytest.approx(cost.t_ms(7), rel=0.05)
