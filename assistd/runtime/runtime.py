@@ -116,7 +116,8 @@ class Runtime:
                  tuner: Tuner | None = None, index: HistoryIndex | None = None,
                  seed: int | None = None, max_bytes: int | None = None):
         self.target, self.store = target, store
-        self.tuner = tuner or Tuner.open(LedgerStore(store), target,
+        self.remote = getattr(target, "remote", False)  # a server decodes: no local t(n)
+        self.tuner = tuner or Tuner.open(LedgerStore(store), target, calibrate=not self.remote,
                                          seed=seed if seed is not None else env_seed())
         self.index = index if index is not None else HistoryIndex(width=index_width(target))
         self.suggestions = SuggestionStore(store) if store is not None else None
@@ -199,6 +200,8 @@ class Runtime:
             raise InputError(f"{str(path)[:80]!r} is not a usable path: {e}") from None
         scope = str(root)
         known = is_repository(root) or self.store.has_scope(scope)
+        if self.remote:
+            index = False  # nothing drafts against a remote Target (docs/design.md, "Remote Target")
         if not index:
             return Scope(scope if known else None)
         report = None
@@ -226,6 +229,7 @@ class Runtime:
         model wants one (or the text is empty) and it fits. Raises :class:`InputError`
         for an empty prompt on a model without BOS."""
         t = self.target
+        budget *= getattr(t, "chars_per_token", 1)  # a remote Target's ids may be characters
         # Tokenize only the tail that can fit (a token is rarely over 16 characters):
         # a multi-megabyte file before the cursor would otherwise take seconds.
         ids = t.tokenize(text[-budget * 16:]) if budget > 0 else []
@@ -297,11 +301,20 @@ class Runtime:
         :class:`InputError` when the prompt does not fit the context window.
         """
         t = self.target
+        if self.remote:  # the server decodes; no tuner record (it measured nothing here)
+            r = t.complete(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                           stop_at=stop_at, cancelled=cancelled, between_rounds=between_rounds)
+            self.tokens_generated += r.ledger.committed_tokens
+            return Generation(tokens=r.tokens, text=r.text, stop_reason=r.stop_reason,
+                              ledger=r.ledger, speculation_off=t.speculation_off)
         if len(prompt) + 1 >= t.n_ctx:
             raise InputError(f"the prompt is {len(prompt)} tokens; the context window is"
                              f" {t.n_ctx}")
         seq = self.sequences.choose(prompt, owner)
         t.use_sequence(seq)
+        ceiling = plan.ceiling
+        if plan.k == "auto" and ceiling is not None:  # the tuner's choice at this context
+            ceiling = self.tuner.policy(plan.proposer, plan.language, context=len(prompt))
 
         def hook() -> bool:
             ran = between_rounds()
@@ -316,7 +329,7 @@ class Runtime:
                            # engine stops with stop_reason "n_ctx", not "max_tokens".
                            max_tokens=min(max_tokens, t.n_ctx),
                            k=plan.k_run, sampling=sampling, stop=stop, scope=scope,
-                           language=plan.language, ceiling=plan.ceiling, stop_at=stop_at,
+                           language=plan.language, ceiling=ceiling, stop_at=stop_at,
                            cancelled=cancelled,
                            between_rounds=hook if between_rounds is not None else None)
         if record:
@@ -326,8 +339,8 @@ class Runtime:
 
     def estimate(self, plan: Plan) -> dict | None:
         """With ``k="auto"``: the tuner's estimate behind its choice, as JSON."""
-        if plan.k != "auto" or not plan.speculative:
-            return None
+        if plan.k != "auto" or not plan.speculative or self.remote:
+            return None  # (a remote Target: nothing measured here to estimate from)
         return self.tuner.estimate(plan.proposer, plan.language).as_dict()
 
     # -- reports -------------------------------------------------------------------------
@@ -362,7 +375,8 @@ def check_proposer(name: str, *, what: str = "proposer") -> str:
     return name
 
 
-def proposer_options(name: str, history, cost, target: Target | None = None) -> dict:
+def proposer_options(name: str, history, cost, target: Target | None = None, *,
+                     tree: bool = False, max_nodes: int = 64) -> dict:
     """Constructor options of proposer ``name``: the ones a completion and ``replay``
     both use, so that a replay measures what a completion runs.
 
@@ -373,8 +387,14 @@ def proposer_options(name: str, history, cost, target: Target | None = None) -> 
     k tokens costs ~k/2 plain steps and long drafts on weak matches lose time
     (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain). With
     ``k="auto"`` the tuner then caps every draft per language (``assistd.decoding.tuner``).
+    ``tree``: the proposer's token-tree mode (only for one whose constructor takes
+    ``tree``: suffix, peer:suffixdecoding), at most ``max_nodes`` nodes a round and the
+    Target's ``tree_leaves`` branches (any without a Target).
     """
     options = {"history": history, "target": target, "cost": cost}
     if name == "ngram":
         options["alpha"] = 0.5
+    if tree:
+        options.update(tree=True, max_nodes=max_nodes,
+                       max_leaves=None if target is None else target.tree_leaves)
     return options

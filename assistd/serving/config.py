@@ -57,6 +57,13 @@ class Config:
     numerics: str = "exact"  # llama: "exact" (batch-invariant kernels) or "fast"
     sequences: str = "auto"  # KV sequences kept warm: "auto" or a number (1 = one for all)
     model_name: str | None = None  # the id in /v1/models; None = the model file's stem
+    # backend "openai": a remote OpenAI-compatible server (assistd/targets/remote.py);
+    # model, when set, is then a GGUF holding the server model's tokenizer
+    target_url: str | None = None  # the server's base URL, e.g. "http://127.0.0.1:8080"
+    target_key_file: str | None = None  # a 0600 file with its key (else $ASSISTD_TARGET_KEY)
+    target_model: str | None = None  # the "model" sent; None = the server's first
+    target_ca_bundle: str | None = None  # PEM CA certificates for https
+    target_timeout_ms: int = 30_000  # the longest wait for the server's next chunk
     # speculation
     proposer: str = "suffix"
     k: str = "auto"  # "auto" (the tuner) or a number of tokens 0..64
@@ -165,8 +172,16 @@ def _coerce(name: str, value, where: str):
 
 
 def _validate(c: Config) -> Config:
-    if c.backend not in ("llama", "torch"):
-        raise InputError(f"backend must be llama or torch, not {c.backend!r}")
+    if c.backend not in ("llama", "torch", "openai"):
+        raise InputError(f"backend must be llama or torch (local) or openai (a remote server),"
+                         f" not {c.backend!r}")
+    if c.backend == "openai":
+        if not c.target_url:
+            raise InputError("backend openai needs target_url (the server's base URL, e.g."
+                             " http://127.0.0.1:8080)")
+        from assistd.targets.remote import base_url
+
+        base_url(c.target_url)
     if c.numerics not in ("exact", "fast"):
         raise InputError(f"numerics must be exact or fast, not {c.numerics!r}")
     parse_k(c.k)
@@ -179,7 +194,7 @@ def _validate(c: Config) -> Config:
         raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
     for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit",
                  "header_timeout_ms", "max_connections", "editor_initialize_timeout_ms",
-                 "max_editor_sessions", "log_repeat_window_ms"):
+                 "max_editor_sessions", "log_repeat_window_ms", "target_timeout_ms"):
         if getattr(c, name) < 1:
             raise InputError(f"{name} must be at least 1, not {getattr(c, name)}")
     if c.log_level.lower() not in ("debug", "info", "warning", "error"):

@@ -129,9 +129,14 @@ class Service:
             target_options={"backend": c.backend, "n_threads": c.threads,
                             "n_gpu_layers": c.n_gpu_layers, "device": c.device,
                             "dtype": c.dtype, "numerics": c.numerics,
-                            "sequences": c.sequences},
+                            "sequences": c.sequences, "target_url": c.target_url,
+                            "target_key_file": c.target_key_file,
+                            "target_model": c.target_model,
+                            "target_ca_bundle": c.target_ca_bundle,
+                            "target_timeout_s": c.target_timeout_ms / 1000},
             max_bytes=c.max_bytes)
-        self.model_id = c.model_name or Path(self.target.model_path).stem
+        self.model_id = c.model_name or (  # a remote one's path is its URL
+            (c.target_model or "remote") if c.backend == "openai" else Path(self.target.model_path).stem)
 
     # The runtime's parts, for the API's prompt checks and status (None before start()).
     target = property(lambda self: self.runtime and self.runtime.target)
@@ -254,7 +259,10 @@ class Service:
             "target": None if t is None else {"backend": t.backend, "model": t.model_path,
                                               "n_ctx": t.n_ctx, "device": t.device,
                                               "numerics": t.numerics,
-                                              "speculation_off": t.speculation_off},
+                                              "speculation_off": t.speculation_off,
+                                              # reachable, model, latency: a remote one's
+                                              **({"remote": t.status()}
+                                                 if getattr(t, "remote", False) else {})},
             "uptime_s": round(time.time() - self.started_at, 1),
             # Editor sessions submit their own jobs (named "lsp:complete" and so on).
             "requests": {**self.requests, "lsp": s.by_name.get("lsp:complete", 0)},

@@ -30,15 +30,19 @@ def default_model_path() -> Path:
         ) from None
 
 
-BACKENDS = ("llama", "torch")
+BACKENDS = ("llama", "torch", "openai")
 
 
 def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048,
                 n_threads: int | None = None, n_gpu_layers: int = -1,
                 device: str = "auto", dtype: str = "auto", numerics: str = "exact",
-                sequences: int | str = 1) -> Target:
+                sequences: int | str = 1, target_url: str | None = None,
+                target_key_file: Path | str | None = None, target_model: str | None = None,
+                target_timeout_s: float = 30.0,
+                target_ca_bundle: Path | str | None = None, tree_branches: int = 0) -> Target:
     """Load the Target: ``model`` (a GGUF file, or for torch also a Hugging Face model
-    directory; None = the embedded default) on ``backend`` ("llama" or "torch").
+    directory; None = the embedded default) on ``backend`` ("llama", "torch" or
+    "openai").
 
     ``sequences``: KV sequences to keep, each of ``n_ctx`` tokens (a number, or
     ``"auto"``: as many as fit a bounded KV memory, see
@@ -47,8 +51,23 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
     llama: ``n_gpu_layers`` (-1 = all when the llama-cpp-python build can offload,
     ignored on a CPU build) and ``numerics`` ("exact": batch-invariant kernels, so
     speculation changes nothing; "fast": llama.cpp's defaults). torch: ``device`` ("auto", "cpu", "cuda[:N]", "mps") and
-    ``dtype`` ("auto", "float32", "bfloat16", "float16"). Raises :class:`ModelError`.
+    ``dtype`` ("auto", "float32", "bfloat16", "float16"). openai: a remote
+    OpenAI-compatible server at ``target_url`` (:class:`assistd.targets.remote.RemoteTarget`;
+    ``model``, when given, is a GGUF with the server model's tokenizer; the key from
+    ``target_key_file`` or ``$ASSISTD_TARGET_KEY``; ``target_timeout_s``: the longest
+    wait for a chunk, seconds). ``tree_branches`` (llama only): leaves a token tree may
+    have in one batch (0: trees verified branch by branch; > 0 needs ``sequences=1``).
+    Raises :class:`ModelError`, :class:`InputError`.
     """
+    if backend == "openai":
+        from assistd.targets.remote import RemoteTarget, read_key
+
+        if not target_url:
+            raise InputError("--backend openai needs --target-url URL (the server's base URL,"
+                             " e.g. http://127.0.0.1:8080)")
+        return RemoteTarget(target_url, key=read_key(target_key_file), model_name=target_model,
+                            tokenizer=model, n_ctx=n_ctx, timeout_s=target_timeout_s,
+                            ca_bundle=target_ca_bundle)
     path = model if model is not None else default_model_path()
     if backend == "llama":
         from assistd.targets.llama import LlamaTarget
@@ -56,7 +75,7 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
         if numerics not in ("exact", "fast"):
             raise InputError(f"numerics must be exact or fast, not {numerics!r}")
         return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                           numerics=numerics, sequences=sequences)
+                           numerics=numerics, sequences=sequences, tree_branches=tree_branches)
     if backend == "torch":
         from assistd.targets.hf import TorchTarget
 

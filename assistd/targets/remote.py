@@ -1,0 +1,748 @@
+"""A remote Target: an OpenAI-compatible inference server (llama.cpp's or
+llama-cpp-python's server, vLLM) that assistd sends its prompts to.
+
+The server decodes; assistd does not verify drafts against it (docs/design.md,
+"Remote Target"), so :attr:`RemoteTarget.speculation_off` is set and the runtime sends
+each generation to ``POST /v1/completions`` with ``stream: true`` (server-sent events,
+one ``data:`` line per chunk, ``data: [DONE]`` at the end) instead of running the
+speculative loop. History, scopes, prompts and the front ends stay local.
+
+Tokenization, for prompt budgets and the history's token space, in this order:
+
+1. ``model`` given (a GGUF file): its own vocabulary, loaded by llama.cpp without the
+   weights (``vocab_only``); the fingerprint is the local Target's, so both share a
+   history.
+2. the server's tokenize endpoint: llama-cpp-python's ``/extras/tokenize`` or the
+   ``/tokenize`` of llama.cpp's server and vLLM.
+3. else a character budget: one id per character, 4 characters per token, said once
+   in the log.
+
+Network rules: the key (a 0600 file, or ``$ASSISTD_TARGET_KEY``) goes only to the
+configured URL (redirects are never followed) and never into a log, message or repr;
+``http://`` to a host other than loopback warns once; the proxy and CA variables are
+honoured (httpx ``trust_env``; ``REQUESTS_CA_BUNDLE`` too), and a CA bundle may be given.
+
+Retry policy: a connection refused or timed out while connecting, and HTTP 429 or 503,
+are retried at most :data:`RETRIES` times, and only before any text arrived (waiting
+``Retry-After`` when the server gives one, up to :data:`RETRY_AFTER_MAX_S`); never once
+text has streamed, and never after a read timeout (the server may still be working).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import json
+import logging
+import math
+import os
+import queue
+import socket
+import ssl
+import stat
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from assistd.ground.errors import InputError, ModelError
+from assistd.ground.ledger import Ledger
+from assistd.targets.base import Target, encodable, tokenizer_fingerprint
+
+log = logging.getLogger("assistd.targets.remote")
+
+KEY_ENV = "ASSISTD_TARGET_KEY"
+RETRIES = 2  # retries of a request that got no text yet (connect error, 429, 503)
+RETRY_AFTER_MAX_S = 10.0  # a longer Retry-After fails at once, naming the wait
+BACKOFF_S = (0.25, 1.0)  # waits between retries without a Retry-After
+CONNECT_TIMEOUT_S = 5.0
+CHARS_PER_TOKEN = 4  # the character budget when no tokenizer is known
+POLL_S = 0.02  # how often a waiting generation checks cancelled()
+PROBE_EVERY_S = 10.0  # status probes /v1/models at most this often
+
+
+class RemoteTargetError(ModelError):
+    """The remote Target could not answer: down, slow, refusing, failing. The message
+    names the server's URL (never the key) and what to check."""
+
+
+def read_key(path: Path | str | None, environ=None) -> str | None:
+    """The API key: the file at ``path`` (whitespace stripped), else ``$ASSISTD_TARGET_KEY``,
+    else None. Raises :class:`InputError` for a file that is missing, unreadable, empty,
+    or readable by its group or others (the fix: ``chmod 600``)."""
+    environ = os.environ if environ is None else environ
+    if path is None:
+        return environ.get(KEY_ENV) or None
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise InputError(f"target key file {p}: {e.strerror}; pass a file holding the key") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"target key file {p} is not a regular file")
+    if st.st_mode & 0o077:
+        raise InputError(f"target key file {p} is readable by others (mode"
+                         f" {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {p}")
+    try:
+        key = p.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read target key file {p}: {e}") from None
+    if not key:
+        raise InputError(f"target key file {p} is empty")
+    return key
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def base_url(url: str) -> str:
+    """``url`` checked and reduced to the server's base (a trailing ``/`` and ``/v1``
+    dropped). Raises :class:`InputError` for anything but an
+    ``http(s)://host[:port][/path]`` URL (credentials in it included)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as e:
+        raise InputError(f"--target-url {url[:100]!r} is not a URL: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"--target-url {url[:100]!r} must be http(s)://HOST[:PORT], e.g."
+                         " http://127.0.0.1:8080")
+    if parts.query or parts.fragment:
+        raise InputError("--target-url takes no query or fragment")
+    if parts.username or parts.password:  # it would be logged and shown in status
+        raise InputError("--target-url must not hold credentials; put the key in"
+                         f" --target-key-file or ${KEY_ENV}")
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return f"{parts.scheme}://{host}{f':{port}' if port else ''}{path}"
+
+
+_warned_plain: set[str] = set()
+
+
+def _ssl_context(ca_bundle: Path | str | None, environ) -> ssl.SSLContext | bool:
+    """What httpx verifies TLS with: ``ca_bundle``, else ``$REQUESTS_CA_BUNDLE`` (httpx
+    itself reads ``$SSL_CERT_FILE``/``$SSL_CERT_DIR``), else httpx's default."""
+    path = ca_bundle or (None if environ.get("SSL_CERT_FILE") else environ.get("REQUESTS_CA_BUNDLE"))
+    if not path:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(Path(path).expanduser()))
+    except (OSError, ssl.SSLError) as e:
+        raise InputError(f"CA bundle {path}: {e}") from None
+
+
+@dataclass
+class RemoteResult:
+    """One remote generation: ``text`` (stop string excluded), ``stop_reason`` (as
+    :class:`assistd.decoding.engine.Generation`'s), ``tokens`` (ids of ``text`` when a
+    tokenizer is known, else empty) and its ``ledger``."""
+
+    text: str
+    stop_reason: str
+    tokens: list[int]
+    ledger: Ledger
+
+
+@dataclass
+class RemoteLedger(Ledger):
+    """A remote generation's ledger: what the server reported and the times assistd saw
+    (``first_token_ms``, ``total_ms``), no acceptance figure (no draft was verified
+    here). ``committed_tokens`` counts the server's tokens (its ``usage`` when it sends
+    one, else one per streamed chunk); rounds and plain steps stay 0."""
+
+    server_usage: dict = field(default_factory=dict)
+    retries: int = 0
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "target": "remote", "server_usage": self.server_usage,
+                "retries": self.retries}
+
+    def summary(self) -> str:
+        return (f"target=remote tokens={self.committed_tokens} prompt={self.prompt_tokens}"
+                f" first_token={self.first_token_ms:.0f}ms total={self.total_ms:.0f}ms"
+                + (f" retries={self.retries}" if self.retries else ""))
+
+
+class _LlamaVocab:
+    """A GGUF's tokenizer without its weights (llama.cpp ``vocab_only``); tokenizes and
+    renders pieces as :class:`assistd.targets.llama.LlamaTarget` does (its methods)."""
+
+    def __init__(self, path: Path):
+        from assistd.targets.llama import LlamaTarget, check_model_file
+
+        check_model_file(path)
+        import llama_cpp
+
+        # The model alone, no context: a context over a vocabulary without weights
+        # only logs a warning about its training length.
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        llama_cpp.llama_backend_init()
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not self._model:
+            raise ModelError(f"cannot read the vocabulary of {path}; pass the GGUF of the"
+                             " server's model, or no --model (the server's tokenizer is used)")
+        self._lib, self._pieces = llama_cpp, {}
+        self._vocab = vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        bos = llama_cpp.llama_vocab_bos(vocab)
+        self.bos_token_id = bos if bos >= 0 else None
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self.eos_token_ids = frozenset(i for i in range(self.n_vocab)
+                                       if llama_cpp.llama_vocab_is_eog(vocab, i))
+        self.fingerprint = tokenizer_fingerprint(
+            llama_cpp.llama_vocab_get_text(vocab, i) or b"" for i in range(self.n_vocab))
+        self._L = LlamaTarget
+
+    def tokenize(self, text):
+        return self._L.tokenize(self, text)
+
+    def detokenize(self, ids, prev=None):
+        return self._L.detokenize(self, ids, prev)
+
+    def _piece(self, token):
+        return self._L._piece(self, token)
+
+    def pieces(self):
+        return self._L.pieces(self)
+
+    def special_ids(self):
+        return self._L.special_ids(self)
+
+    def fim_tokens(self):
+        return self._L.fim_tokens(self)
+
+    def text_of(self, ids: Sequence[int]) -> str:
+        """``ids`` as the text a server's tokenizer (special tokens parsed) gives back:
+        control tokens spelled out, unlike :meth:`detokenize`."""
+        out = []
+        for t in ids:
+            buf = (ctypes.c_char * 256)()
+            n = self._lib.llama_token_to_piece(self._vocab, int(t), buf, 256, 0, True)
+            out.append(bytes(buf[:max(n, 0)]))
+        return b"".join(out).decode("utf-8", errors="replace")
+
+    def close(self):
+        if self._model:
+            self._lib.llama_model_free(self._model)
+            self._model = None
+
+
+class RemoteTarget(Target):
+    """A model behind an OpenAI-compatible server at ``url``.
+
+    ``key``: the bearer key (see :func:`read_key`), or None. ``model_name``: the
+    ``model`` field sent (None: the server's first in ``/v1/models``, or none).
+    ``tokenizer``: a GGUF whose vocabulary is the server model's (see the module), or
+    None. ``n_ctx``: the server's context window, in its tokens (assistd cannot always
+    ask). ``timeout_s``: the longest wait for the next streamed chunk (seconds).
+    ``ca_bundle``: a PEM file of CA certificates. Raises :class:`InputError` for a
+    bad URL or CA bundle; a server that is down is not an error here (status says so,
+    and each generation tries again).
+    """
+
+    backend = "openai"
+    remote = True
+    numerics = "remote"
+    device = "remote"
+    speculation_off = ("remote Target: the server decodes (its own speculation, or none);"
+                       " assistd does not verify drafts against it")
+
+    def __init__(self, url: str, *, key: str | None = None, model_name: str | None = None,
+                 tokenizer: Path | str | None = None, n_ctx: int = 2048,
+                 timeout_s: float = 30.0, ca_bundle: Path | str | None = None,
+                 environ=None):
+        super().__init__()
+        environ = os.environ if environ is None else environ
+        self.url = base_url(url)
+        verify = _ssl_context(ca_bundle, environ)  # bad input fails before anything opens
+        self.model_path = self.url
+        self.model_name = model_name
+        self.n_ctx = int(n_ctx)
+        self.timeout_s = float(timeout_s)
+        host = urlsplit(self.url).hostname or ""
+        if self.url.startswith("http://") and not is_loopback(host) and host not in _warned_plain:
+            _warned_plain.add(host)
+            log.warning("the remote Target %s is plain http:// on another host: prompts (and the key)"
+                        " cross the network unencrypted; use https://", self.url)
+        self._tokenizer_path = Path(tokenizer).expanduser() if tokenizer else None
+        self._vocab = _LlamaVocab(self._tokenizer_path) if tokenizer else None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, follow_redirects=False, trust_env=True,
+            verify=verify,
+            timeout=httpx.Timeout(self.timeout_s, connect=min(CONNECT_TIMEOUT_S, self.timeout_s)))
+        self._mode = "model" if self._vocab else None  # "model" | "server" | "chars"
+        self._tok_path = None  # the server's tokenize endpoint, once found
+        v = self._vocab
+        self.n_vocab = v.n_vocab if v else 0x110000  # else ids are (at most) code points
+        self.bos_token_id = v.bos_token_id if v else None
+        self.add_bos = v.add_bos if v else False
+        self.eos_token_ids = v.eos_token_ids if v else frozenset()
+        self.fingerprint = v.fingerprint if v else tokenizer_fingerprint(
+            [b"assistd remote tokenizer", self.url.encode(), (model_name or "").encode()])
+        self.state = {"reachable": None, "model": model_name, "latency_ms": None,
+                      "last_error": None, "checked_at": None}
+        self._lock = threading.Lock()
+        self._prober: threading.Thread | None = None
+        self.probe()
+
+    def __repr__(self) -> str:
+        return f"RemoteTarget({self.url!r}, model={self.model_name!r}, tokenizer={self._mode!r})"
+
+    # -- health ----------------------------------------------------------------
+
+    def probe(self) -> dict:
+        """``GET /v1/models`` now: updates and returns :meth:`status`' state (reachable,
+        the model id, the latency in ms, the last error). Never raises."""
+        t0 = time.perf_counter()
+        try:
+            r = self._http.get("/v1/models", timeout=min(CONNECT_TIMEOUT_S, self.timeout_s))
+            ms = (time.perf_counter() - t0) * 1000
+            if r.status_code != 200:
+                raise RemoteTargetError(self._http_message(r.status_code, r.text, r.headers))
+            ids = [m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)]
+            if self.model_name is None and ids:
+                self.model_name = ids[0]
+            self._seen(ms, model=self.model_name or (ids[0] if ids else None))
+        except (httpx.HTTPError, RemoteTargetError, ValueError, AttributeError) as e:
+            self._failed(self._transport_message(e) if isinstance(e, httpx.HTTPError) else str(e))
+        return dict(self.state)
+
+    def status(self) -> dict:
+        """The remote Target's state for ``assistd status``: ``url``, ``reachable``
+        (bool, or None before any contact), ``model``, ``latency_ms`` (the last
+        request's time to its answer's headers), ``last_error``, ``tokenizer``. Never
+        blocks: when the state is older than :data:`PROBE_EVERY_S` a probe starts on a
+        thread of its own and the next call shows its result."""
+        checked = self.state["checked_at"]
+        stale = checked is None or time.time() - checked > PROBE_EVERY_S
+        if stale and (self._prober is None or not self._prober.is_alive()):
+            self._prober = threading.Thread(target=self.probe, name="assistd-remote-probe",
+                                            daemon=True)
+            self._prober.start()
+        return {"url": self.url, **self.state, "tokenizer": self._mode or "unknown yet"}
+
+    def _seen(self, ms: float, model: str | None = None) -> None:
+        self.state.update(reachable=True, latency_ms=round(ms, 2), last_error=None,
+                          checked_at=time.time())
+        if model:
+            self.state["model"] = model
+
+    def _failed(self, message: str) -> None:
+        self.state.update(reachable=False, last_error=message, checked_at=time.time())
+
+    # -- tokenizer ---------------------------------------------------------------
+
+    def _tokenizer(self) -> str:
+        """The tokenizer mode, found on first use (the server must answer then)."""
+        if self._mode is None:
+            with self._lock:
+                if self._mode is None:
+                    self._find_tokenizer()
+        return self._mode
+
+    def _find_tokenizer(self) -> None:
+        for path in ("/extras/tokenize", "/tokenize"):
+            try:
+                r = self._http.post(path, json=self._tok_body("a"))
+            except httpx.HTTPError as e:
+                raise RemoteTargetError(self._transport_message(e)) from None
+            if r.status_code == 200 and isinstance(self._ids_of(r), list):
+                self._mode, self._tok_path = "server", path
+                log.info("remote Target %s: prompt budgets use the server's %s", self.url, path)
+                return
+            if r.status_code not in (200, 404, 405):  # a refused key, a failing server:
+                raise RemoteTargetError(self._http_message(r.status_code, r.text, r.headers))
+        self._mode = "chars"  # (not decided on an error: it would stick)
+        log.warning("remote Target %s has no tokenize endpoint and no --model tokenizer was"
+                    " given: prompt budgets count %d characters per token", self.url,
+                    CHARS_PER_TOKEN)
+
+    def _tok_body(self, text: str) -> dict:
+        # llama-cpp-python reads "input", llama.cpp "content", vLLM "prompt".
+        body = {"input": text, "content": text, "prompt": text, "add_special": False,
+                "add_special_tokens": False}
+        if self.model_name:
+            body["model"] = self.model_name
+        return body
+
+    @staticmethod
+    def _ids_of(r: httpx.Response):
+        try:
+            toks = r.json().get("tokens")
+        except (ValueError, AttributeError):
+            return None
+        return [t if isinstance(t, int) else t.get("id") for t in toks] if isinstance(toks, list) else None
+
+    @property
+    def chars_per_token(self) -> int:
+        """Characters one prompt token stands for: 1, or :data:`CHARS_PER_TOKEN` when
+        ids are characters (no tokenizer known)."""
+        return CHARS_PER_TOKEN if self._tokenizer() == "chars" else 1
+
+    def tokenize(self, text: str) -> list[int]:
+        mode = self._tokenizer()
+        if mode == "model":
+            return self._vocab.tokenize(text)
+        if mode == "chars":
+            return [ord(c) for c in encodable(text)]
+        try:
+            r = self._http.post(self._tok_path, json=self._tok_body(encodable(text)))
+        except httpx.HTTPError as e:
+            raise RemoteTargetError(self._transport_message(e)) from None
+        ids = self._ids_of(r) if r.status_code == 200 else None
+        if ids is None:
+            raise RemoteTargetError(f"the remote Target {self.url} could not tokenize"
+                                    f" ({self._http_message(r.status_code, r.text, r.headers)})")
+        return ids
+
+    def detokenize(self, ids: Sequence[int], prev: Sequence[int] | None = None) -> str:
+        mode = self._tokenizer()
+        if mode == "model":
+            return self._vocab.detokenize(ids, prev)
+        if mode == "chars":
+            return "".join(map(chr, ids))
+        path = self._tok_path.replace("tokenize", "detokenize")
+        try:
+            r = self._http.post(path, json={"tokens": [int(i) for i in ids],
+                                            **({"model": self.model_name} if self.model_name else {})})
+            data = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as e:
+            raise RemoteTargetError(f"the remote Target {self.url} could not detokenize: {e}") from None
+        text = next((data[k] for k in ("text", "content", "prompt")
+                     if isinstance(data, dict) and isinstance(data.get(k), str)), None)
+        if text is None:
+            raise RemoteTargetError(f"the remote Target {self.url} could not detokenize"
+                                    f" (HTTP {r.status_code})")
+        return text
+
+    def prompt_text(self, ids: Sequence[int]) -> str:
+        """The prompt to send for ``ids``: a leading BOS dropped when the model adds one
+        (the server adds its own), control tokens spelled out so that the server parses
+        them back (SmolLM2's BOS is also its chat turn marker, so it must stay)."""
+        ids = list(ids)
+        if ids and self.add_bos and ids[0] == self.bos_token_id:
+            ids = ids[1:]
+        if self._tokenizer() == "model":
+            return self._vocab.text_of(ids)
+        return self.detokenize(ids)
+
+    def prompt_tokens(self, ids: Sequence[int]) -> int:
+        """Server tokens the prompt ``ids`` stands for (characters / 4 in char mode)."""
+        return math.ceil(len(ids) / self.chars_per_token)
+
+    def pieces(self) -> list[bytes]:
+        # Unknown vocabulary: one placeholder as long as a token's text may be, so that
+        # byte-size checks stay lenient.
+        return self._vocab.pieces() if self._vocab else [b"\0" * 64]
+
+    def special_ids(self) -> frozenset[int]:
+        return self._vocab.special_ids() if self._vocab else frozenset()
+
+    def fim_tokens(self):
+        return self._vocab.fim_tokens() if self._vocab else None
+
+    def chat_template(self) -> str | None:
+        """The tokenizer GGUF's template (the base class reads ``model_path``: the URL)."""
+        if self._tokenizer_path is None:
+            return None
+        from assistd.targets.gguf_header import gguf_metadata
+
+        try:
+            return gguf_metadata(self._tokenizer_path, {"tokenizer.chat_template"}).get(
+                "tokenizer.chat_template")
+        except Exception:  # noqa: BLE001 - unreadable: no template, as the base class
+            return None
+
+    # -- no local evaluation ---------------------------------------------------------
+
+    def _evaluate(self, tokens, rows, n_past):
+        raise RuntimeError("a remote Target has no local KV cache to evaluate on")
+
+    def _truncate(self, n: int) -> None:
+        pass
+
+    # -- generation --------------------------------------------------------------
+
+    def complete(self, prompt: Sequence[int], *, max_tokens: int, sampling=None,
+                 stop: Sequence[str] = (), stop_at: Callable[[str], int | None] | None = None,
+                 cancelled: Callable[[], bool] | None = None,
+                 between_rounds: Callable[[], bool] | None = None) -> RemoteResult:
+        """Stream one completion of ``prompt`` (token ids) from ``/v1/completions``.
+
+        ``stop`` strings and ``stop_at`` (the engine's contract: called with the text so
+        far, returns where it ends or None) are applied here, on the text, and end the
+        stream; ``cancelled()`` is polled every :data:`POLL_S` s and between chunks and
+        ends it with ``"cancelled"``; ``between_rounds()`` is called while waiting (the
+        daemon's preemption). Raises :class:`InputError` when the prompt does not fit
+        ``n_ctx`` or the server refuses it (HTTP 400), :class:`RemoteTargetError` for
+        the rest (see the module for the retry policy)."""
+        n_prompt = self.prompt_tokens(prompt)
+        if n_prompt + 1 >= self.n_ctx:
+            raise InputError(f"the prompt is {n_prompt} tokens; the context window is {self.n_ctx}")
+        ledger = RemoteLedger(prompt_tokens=n_prompt)
+        t0 = time.perf_counter()
+        body = {"prompt": self.prompt_text(prompt), "max_tokens": int(max_tokens),
+                "stream": True, "stream_options": {"include_usage": True}, "echo": False,
+                **_sampling_fields(sampling)}
+        if self.model_name:
+            body["model"] = self.model_name
+        stops = [s for s in stop if s]
+        longest = max((len(s) for s in stops), default=0)
+        text, chunks, reason, scanned = "", 0, None, 0
+        for attempt in range(RETRIES + 1):
+            ledger.retries = attempt
+            sent = time.perf_counter()
+            stream = _Stream(self, body)
+            try:
+                while reason is None:
+                    ev = stream.next(cancelled, between_rounds)
+                    if ev is None:
+                        reason = "cancelled"
+                        break
+                    kind = ev[0]
+                    if kind == "open":
+                        self._seen((time.perf_counter() - sent) * 1000)
+                        continue
+                    if kind == "text":
+                        piece, finish, usage = ev[1], ev[2], ev[3]
+                        if usage:
+                            ledger.server_usage = usage
+                        if piece:
+                            if not chunks:
+                                ledger.first_token_ms = (time.perf_counter() - t0) * 1000
+                            chunks += 1
+                            text += piece
+                            if stops:
+                                start = max(0, scanned - longest + 1)
+                                hits = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+                                scanned = len(text)
+                                if hits:
+                                    text, reason = text[:min(hits)], "stop"
+                                    break
+                            if stop_at is not None and (cut := stop_at(text)) is not None:
+                                text, reason = text[:cut], "stop"
+                                break
+                        if finish:
+                            reason = "max_tokens" if finish == "length" else "eos"
+                        continue
+                    if kind == "done":
+                        if reason is None:  # the stream ended without a finish reason
+                            if chunks:
+                                raise RemoteTargetError(
+                                    f"the remote Target {self.url} closed the stream after"
+                                    f" {chunks} chunks without finishing; the completion was"
+                                    " dropped (nothing was stored)")
+                            reason = "eos"
+                        break
+                    if kind == "error":  # (kind, retryable, wait_s, message, exc class)
+                        _, retryable, wait, message, cls = ev
+                        if chunks:
+                            raise RemoteTargetError(
+                                f"{message}; the connection broke after {chunks} chunks, so the"
+                                " completion was dropped (nothing was stored)")
+                        if retryable and attempt < RETRIES and (wait or 0) <= RETRY_AFTER_MAX_S:
+                            self._failed(message)
+                            if not _sleep(wait if wait is not None else BACKOFF_S[attempt], cancelled):
+                                reason = "cancelled"
+                            break
+                        self._failed(message)
+                        raise cls(message + (f" (after {attempt} retries)" if attempt else ""))
+            finally:
+                stream.close()
+            if reason is not None:
+                break
+        ledger.committed_tokens = int(ledger.server_usage.get("completion_tokens") or chunks)
+        ledger.total_ms = (time.perf_counter() - t0) * 1000
+        tokens = []
+        if self._mode in ("model", "server") and text:
+            try:  # the text's ids (the server streams text): for counts, not decoding
+                tokens = self.tokenize(text)
+            except RemoteTargetError:
+                pass  # the server left after answering: the answer stands
+        if reason == "eos" and self.eos_token_ids:
+            tokens.append(min(self.eos_token_ids))
+        return RemoteResult(text=text, stop_reason=reason, tokens=tokens, ledger=ledger)
+
+    # -- messages ------------------------------------------------------------------
+
+    def _transport_message(self, e: Exception) -> str:
+        if isinstance(e, httpx.ConnectTimeout):
+            return (f"the remote Target {self.url} did not accept a connection within"
+                    f" {min(CONNECT_TIMEOUT_S, self.timeout_s):.0f} s; check the URL and the network")
+        if isinstance(e, httpx.ConnectError):
+            return (f"the remote Target {self.url} does not answer (connection refused or"
+                    " unreachable); is the server running?")
+        if isinstance(e, httpx.TimeoutException):
+            return (f"the remote Target {self.url} sent nothing for {self.timeout_s:g} s (read"
+                    " timeout); the server may be overloaded: check it, or raise target_timeout_s")
+        if isinstance(e, httpx.ProxyError):
+            return f"the proxy for {self.url} refused the connection: {type(e).__name__}"
+        return f"the connection to the remote Target {self.url} broke ({type(e).__name__})"
+
+    def _http_message(self, code: int, body: str, headers) -> str:
+        detail = _error_detail(body)
+        if 300 <= code < 400:
+            return (f"the remote Target {self.url} answered with a redirect (HTTP {code});"
+                    " assistd does not follow redirects, so that the key goes only to the"
+                    " configured URL: set --target-url to the server's own address")
+        if code in (401, 403):
+            return (f"the remote Target {self.url} refused the key (HTTP {code}); check"
+                    f" --target-key-file or ${KEY_ENV}")
+        if code == 404:
+            return (f"the remote Target {self.url} has no such endpoint (HTTP 404{detail});"
+                    " is --target-url the server's base URL (e.g. http://host:8080)?")
+        if code == 429:
+            wait = headers.get("retry-after")
+            return (f"the remote Target {self.url} is rate limiting (HTTP 429"
+                    + (f", Retry-After {wait} s" if wait else "") + ")")
+        return f"the remote Target {self.url} failed (HTTP {code}{detail})"
+
+    def close(self) -> None:
+        self._http.close()
+        if self._vocab is not None:
+            self._vocab.close()
+            self._vocab = None
+
+
+def _error_detail(body: str) -> str:
+    """The server's own error message, short: ``": message"`` or ``""``."""
+    try:
+        data = json.loads(body)
+        msg = data.get("error", data.get("detail", ""))
+        msg = msg.get("message", "") if isinstance(msg, dict) else msg
+    except (ValueError, AttributeError):
+        msg = body
+    msg = " ".join(str(msg).split())[:200]
+    return f": {msg}" if msg else ""
+
+
+def _sampling_fields(s) -> dict:
+    """assistd's sampling parameters as the servers name them (llama.cpp's
+    ``repeat_penalty``, vLLM's ``repetition_penalty``; ``top_k`` 0 and ``min_p`` 0 are
+    off, against llama.cpp's defaults of 40 and 0.05); greedy is temperature 0."""
+    from assistd.ground.sampling import GREEDY
+
+    s = GREEDY if s is None else s
+    out = {"temperature": float(s.temperature), "top_p": float(s.top_p), "top_k": int(s.top_k),
+           "min_p": 0.0, "repeat_penalty": float(s.repetition_penalty),
+           "repetition_penalty": float(s.repetition_penalty)}
+    if s.seed is not None:
+        out["seed"] = int(s.seed)
+    return out
+
+
+def _sleep(seconds: float, cancelled) -> bool:
+    """Wait ``seconds``; False as soon as ``cancelled()`` turns true."""
+    end = time.monotonic() + max(0.0, seconds)
+    while time.monotonic() < end:
+        if cancelled is not None and cancelled():
+            return False
+        time.sleep(min(POLL_S, max(0.0, end - time.monotonic())))
+    return True
+
+
+class _Stream:
+    """One streamed request, read on its own thread into a queue, so that the caller
+    can poll ``cancelled()`` while the server is silent and leave at once. Closing it
+    shuts the socket down (a reader blocked in ``recv`` wakes: a plain ``close`` from
+    another thread would not wake it), so the server sees the client hang up."""
+
+    def __init__(self, target: RemoteTarget, body: dict):
+        self.target = target
+        self.q: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.finished = threading.Event()  # the reader closed the connection
+        self.sock = None  # the connection's socket, once the answer's headers came
+        self.thread = threading.Thread(target=self._read, args=(body,),
+                                       name="assistd-remote-stream", daemon=True)
+        self.thread.start()
+
+    def _read(self, body: dict) -> None:
+        put, t = self.q.put, self.target
+        try:
+            with t._http.stream("POST", "/v1/completions", json=body) as r:
+                if r.status_code != 200:
+                    raw = r.read()[:4096].decode("utf-8", "replace")
+                    put(_http_error(t, r.status_code, raw, r.headers))
+                    return
+                stream = r.extensions.get("network_stream")
+                self.sock = stream.get_extra_info("socket") if stream is not None else None
+                put(("open",))
+                for line in r.iter_lines():
+                    if self.stop.is_set():
+                        return
+                    if not line.startswith("data:"):
+                        continue  # comments (": ping"), event names, blank separators
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        put(("done",))
+                        return
+                    try:
+                        chunk = json.loads(data)
+                        choice = (chunk.get("choices") or [{}])[0]
+                        piece = choice.get("text") or ""
+                        finish = choice.get("finish_reason")
+                        usage = chunk.get("usage") or None
+                    except (ValueError, AttributeError, IndexError, TypeError):
+                        continue  # not a completion chunk (an unexpected event): skipped
+                    put(("text", piece, finish, usage))
+                put(("done",))  # EOF without [DONE]: judged by whether a finish came
+        except httpx.HTTPError as e:
+            if self.stop.is_set():
+                return  # closed by the caller: nobody waits for this
+            retry = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+            put(("error", retry, None, t._transport_message(e), RemoteTargetError))
+        except Exception as e:  # noqa: BLE001 - reported to the caller, never a traceback
+            put(("error", False, None, f"remote Target: {type(e).__name__}: {e}", RemoteTargetError))
+        finally:
+            self.finished.set()
+
+    def next(self, cancelled, between_rounds):
+        """The next event, or None when ``cancelled()`` turned true first."""
+        while True:
+            if cancelled is not None and cancelled():
+                return None
+            try:
+                return self.q.get(timeout=POLL_S)
+            except queue.Empty:
+                if between_rounds is not None:
+                    between_rounds()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.sock is not None and not self.finished.is_set():
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed already
+
+
+def _http_error(t: RemoteTarget, code: int, body: str, headers) -> tuple:
+    """The reader's error event for an HTTP status other than 200."""
+    message = t._http_message(code, body, headers)
+    wait = None
+    if code in (429, 503):
+        try:
+            wait = float(headers.get("retry-after")) if headers.get("retry-after") else None
+        except ValueError:
+            wait = None  # an HTTP date: use the backoff
+        if wait is not None and wait > RETRY_AFTER_MAX_S:
+            message += f"; it asks to wait {wait:g} s: retry later"
+    cls = InputError if code == 400 else RemoteTargetError
+    return ("error", code in (429, 503), wait, message, cls)

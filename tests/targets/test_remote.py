@@ -1,0 +1,496 @@
+"""The remote Target (assistd/targets/remote.py) against a real llama-cpp-python server
+on loopback, serving the embedded model; faults the real server cannot produce (HTTP
+500, 429, a dropped stream, a redirect, silence) come from :class:`FaultServer`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from assistd.ground.errors import InputError
+from assistd.runtime.runtime import Runtime
+from assistd.targets.open import default_model_path
+from assistd.targets.remote import RemoteTarget, RemoteTargetError, read_key
+from tests.daemon_helpers import free_port
+
+PROMPT = "def fibonacci(n):\n    "
+# The server's defaults are not greedy decoding (top_k 40, min_p 0.05, repeat 1.1).
+GREEDY = {"temperature": 0.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+
+
+def start_llama_server(port: int, log: Path) -> subprocess.Popen:
+    """llama-cpp-python's OpenAI-compatible server with the embedded model on loopback;
+    returns once ``/v1/models`` answers (AssertionError with its log if it exits)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()),
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
+        stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"llama_cpp.server exited {proc.returncode}:\n{log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("llama_cpp.server did not answer within 120 s")
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """The base URL of a real llama-cpp-python server (one for the session)."""
+    port = free_port()
+    proc = start_llama_server(port, tmp_path_factory.mktemp("llama-server") / "server.log")
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def server_completion(url: str, prompt: str, max_tokens: int) -> str:
+    """What the server itself answers (not streamed), after a request on another prompt,
+    so that both sides start from the same server cache state."""
+    reset_cache(url)
+    r = httpx.post(f"{url}/v1/completions", timeout=120,
+                   json={"prompt": prompt, "max_tokens": max_tokens, **GREEDY})
+    r.raise_for_status()
+    return r.json()["choices"][0]["text"]
+
+
+def reset_cache(url: str) -> None:
+    httpx.post(f"{url}/v1/completions", json={"prompt": "Zebras graze.", "max_tokens": 1},
+               timeout=120).raise_for_status()
+
+
+class FaultServer:
+    """Stands in for a faulty OpenAI-compatible server (a starlette app on loopback):
+    ``mode`` picks the fault of ``/v1/completions``: "ok" (streams ``PIECES``), "500",
+    "429" (429 with ``Retry-After: retry_after`` for the first ``fail_first`` requests,
+    then ok), "drop" (two chunks, then the connection breaks), "slow" (nothing for
+    ``delay_s``), "hang" (one chunk, then silence until the client hangs up),
+    "redirect" (307 to ``redirect_to``), "401" (its tokenize endpoints refuse the
+    key). It has no tokenize endpoint (404). ``hits`` and
+    ``auth`` record every completion request and its Authorization header."""
+
+    PIECES = ["Hello", ",", " world", "!"]
+
+    def __init__(self, port: int | None = None):
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse, RedirectResponse, StreamingResponse
+        from starlette.routing import Route
+
+        self.port = port or free_port()
+        self.mode, self.fail_first, self.retry_after = "ok", 0, "0"
+        self.delay_s, self.redirect_to = 5.0, ""
+        self.hits, self.auth = 0, []
+        self.disconnected = threading.Event()
+
+        def chunk(text, finish=None):
+            body = {"choices": [{"text": text, "index": 0, "finish_reason": finish}]}
+            return f"data: {json.dumps(body)}\n\n"
+
+        async def stream(pieces, then=None):
+            try:
+                for p in pieces:
+                    yield chunk(p)
+                    await asyncio.sleep(0.01)
+                if then == "drop":
+                    raise ConnectionError("fault: the connection breaks mid-stream")
+                if then == "hang":
+                    await asyncio.sleep(120)
+                yield chunk("", "length")
+                yield "data: [DONE]\n\n"
+            finally:
+                self.disconnected.set()
+
+        async def completions(request):
+            self.hits += 1
+            self.auth.append(request.headers.get("authorization"))
+            await request.body()
+            mode = self.mode
+            if mode == "500":
+                return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+            if mode == "429" and self.hits <= self.fail_first:
+                return JSONResponse({"error": {"message": "slow down"}}, status_code=429,
+                                    headers={"Retry-After": self.retry_after})
+            if mode == "redirect":
+                return RedirectResponse(self.redirect_to + "/v1/completions", status_code=307)
+            if mode == "slow":
+                await asyncio.sleep(self.delay_s)
+            then = mode if mode in ("drop", "hang") else None
+            pieces = self.PIECES[:2] if then == "drop" else self.PIECES[:1] if then else self.PIECES
+            return StreamingResponse(stream(pieces, then), media_type="text/event-stream")
+
+        async def models(request):
+            return JSONResponse({"object": "list", "data": [{"id": "fake-model"}]})
+
+        async def tokenize(request):  # none here, as a server without the endpoint, but
+            if self.mode == "401":    # one behind a key assistd lacks answers 401 first
+                return JSONResponse({"error": "unauthorized"}, status_code=401)
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+
+        app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
+                                Route("/v1/models", models),
+                                Route("/extras/tokenize", tokenize, methods=["POST"]),
+                                Route("/tokenize", tokenize, methods=["POST"])])
+        self.targets: list[str] = []  # every request's target, as sent (a proxy's: absolute)
+
+        async def recorded(scope, receive, send):
+            if scope["type"] == "http":
+                self.targets.append(scope.get("raw_path", b"").decode("latin-1"))
+            await app(scope, receive, send)
+
+        self.app = recorded
+        self.server = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FaultServer:
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
+                                                    log_level="critical", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.server.started, "the fault server did not start"
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture
+def fault():
+    s = FaultServer().start()
+    yield s
+    s.stop()
+
+
+def remote_runtime(tmp_path: Path, url: str, **options) -> Runtime:
+    return Runtime.open(options.pop("model", None), db=tmp_path / "history.db",
+                        target_options={"backend": "openai", "target_url": url, **options})
+
+
+def run(rt: Runtime, text: str, max_tokens: int = 24, **kw):
+    return rt.run(rt.prompt(text, 512), rt.plan("suffix", "auto"), max_tokens=max_tokens, **kw)
+
+
+def stream_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "assistd-remote-stream"]
+
+
+def wait_until(cond, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout  # a guard against hangs, not a timing assert
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+# -- the real server -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tokenizer", ["gguf", "server"])
+def test_completion_is_the_servers_own_and_speculation_is_off(llama_server, tmp_path, tokenizer):
+    """Through the Runtime (the path of every front end) the text is what the server
+    itself answers for the same prompt; the tokenizer is the GGUF's (vocab only) or the
+    server's /extras/tokenize; nothing is calibrated, no acceptance is reported."""
+    expected = server_completion(llama_server, PROMPT, 24)
+    model = default_model_path() if tokenizer == "gguf" else None
+    rt = remote_runtime(tmp_path, llama_server, model=model)
+    try:
+        assert rt.tuner.calibration == "reference"  # never calibrated: it cannot evaluate
+        reset_cache(llama_server)
+        g = run(rt, PROMPT)
+        assert g.text == expected and g.stop_reason == "max_tokens"
+        assert g.speculation_off and "remote" in g.speculation_off
+        led = g.ledger.as_dict()
+        assert led["target"] == "remote" and led["acceptance_rate"] is None
+        assert led["rounds"] == led["plain_steps"] == 0 and led["committed_tokens"] == 24
+        assert rt.target.status()["tokenizer"] == ("model" if model else "server")
+        assert g.tokens and rt.target.detokenize(g.tokens) == g.text
+    finally:
+        rt.close()
+
+
+def test_streaming_reaches_stop_at_chunk_by_chunk_and_stops_end_it(llama_server, tmp_path):
+    rt = remote_runtime(tmp_path, llama_server, model=default_model_path())
+    try:
+        seen: list[str] = []
+        g = run(rt, PROMPT, 24, stop_at=lambda text: seen.append(text) or None)
+        assert len(seen) >= 10  # one call per streamed chunk
+        assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(seen, seen[1:]))
+        assert seen[-1] == g.text
+        # A stop string ends the stream; the text is cut before it, as a local Target's.
+        cut = g.text.index("\n") if "\n" in g.text else len(g.text) // 2
+        stop = g.text[cut:cut + 2]
+        s = run(rt, PROMPT, 24, stop=(stop,))
+        assert s.stop_reason == "stop" and s.text == g.text[:g.text.index(stop)]
+        # stop_at's boundary too (an editor's end of line).
+        e = run(rt, PROMPT, 24, stop_at=lambda text: text.find("(") if "(" in text else None)
+        assert e.stop_reason == "stop" and "(" not in e.text and g.text.startswith(e.text)
+    finally:
+        rt.close()
+
+
+def test_cancel_closes_the_stream_and_the_caller_gets_its_answer(llama_server, tmp_path):
+    rt = remote_runtime(tmp_path, llama_server, model=default_model_path())
+    try:
+        seen: list[str] = []
+        g = run(rt, PROMPT, 400, stop_at=lambda text: seen.append(text) or None,
+                cancelled=lambda: len(seen) >= 3)
+        assert g.stop_reason == "cancelled" and g.text == seen[2]
+        assert wait_until(lambda: not stream_threads())  # assistd closed its stream
+        assert run(rt, PROMPT, 4).stop_reason == "max_tokens"  # and the next one works
+    finally:
+        rt.close()
+
+
+def test_cancel_while_the_server_is_silent(fault, tmp_path):
+    """One chunk, then nothing: cancelling returns at once and shuts the connection."""
+    fault.mode = "hang"
+    rt = remote_runtime(tmp_path, fault.url)
+    try:
+        flag = threading.Event()
+        out = {}
+        worker = threading.Thread(target=lambda: out.update(g=run(
+            rt, "x", 50, stop_at=lambda text: flag.set(), cancelled=flag.is_set)))
+        worker.start()
+        worker.join(30)
+        assert not worker.is_alive() and out["g"].stop_reason == "cancelled"
+        assert out["g"].text == "Hello"
+        assert fault.disconnected.wait(20)  # the server saw assistd hang up
+        assert wait_until(lambda: not stream_threads())
+    finally:
+        rt.close()
+
+
+def test_cli_complete_with_backend_openai(llama_server, tmp_path):
+    src = tmp_path / "fib.py"
+    src.write_text(PROMPT)
+    expected = server_completion(llama_server, PROMPT, 16)
+    reset_cache(llama_server)
+    p = subprocess.run([sys.executable, "-m", "assistd", "complete", "--file", str(src),
+                        "--backend", "openai", "--target-url", llama_server + "/v1",
+                        "--max-tokens", "16", "--db", str(tmp_path / "h.db"), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["completion"] == expected and out["target"]["backend"] == "openai"
+    assert out["ledger"]["target"] == "remote" and out["target"]["speculation_off"]
+    assert out["tuner"] is None  # no speedup estimate: nothing was measured here
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+def test_a_server_that_is_down_then_back(tmp_path):
+    """Down: a clear error, nothing else lost; status says so; once the server is back
+    the same Target serves (the daemon starts while the server is down)."""
+    s = FaultServer()
+    rt = remote_runtime(tmp_path, s.url, model=default_model_path())
+    try:
+        st = rt.target.status()
+        assert st["reachable"] is False and "does not answer" in st["last_error"]
+        with pytest.raises(RemoteTargetError, match="does not answer.*after 2 retries"):
+            run(rt, "x")
+        s.start()
+        g = run(rt, "x")
+        assert g.text == "Hello, world!" and g.stop_reason == "max_tokens"
+        st = rt.target.probe()
+        assert st["reachable"] is True and st["model"] == "fake-model" and st["latency_ms"] >= 0
+    finally:
+        rt.close()
+        if s.server is not None:
+            s.stop()
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("500", r"failed \(HTTP 500: boom\)"),
+    ("drop", r"after 2 chunks.*nothing was stored"),
+    ("slow", r"sent nothing for 0\.5 s"),
+])
+def test_faults_give_a_clear_error_and_no_retry_once_it_started(fault, tmp_path, mode, message):
+    fault.mode, fault.delay_s = mode, 2.0
+    rt = remote_runtime(tmp_path, fault.url, target_timeout_s=0.5)
+    try:
+        seq = rt.store.last_change_seq()
+        with pytest.raises(RemoteTargetError, match=message):
+            run(rt, "x")
+        assert fault.hits == 1  # not retried: a 500, a broken stream, a read timeout
+        assert wait_until(lambda: not stream_threads())
+        fault.mode = "ok"
+        assert run(rt, "x").text == "Hello, world!"  # the Target is still usable
+        assert rt.store.last_change_seq() == seq  # and the history is as it was
+    finally:
+        rt.close()
+
+
+def test_429_is_retried_twice_with_retry_after_then_given_up(fault, tmp_path):
+    fault.mode, fault.fail_first = "429", 2
+    rt = remote_runtime(tmp_path, fault.url)
+    try:
+        g = run(rt, "x")
+        assert g.text == "Hello, world!" and g.ledger.retries == 2 and fault.hits == 3
+        fault.hits, fault.fail_first = 0, 99
+        with pytest.raises(RemoteTargetError, match=r"HTTP 429, Retry-After 0 s.*after 2 retries"):
+            run(rt, "x")
+        assert fault.hits == 3
+        fault.hits, fault.retry_after = 0, "120"  # longer than assistd waits: no retry
+        with pytest.raises(RemoteTargetError, match="wait 120 s: retry later"):
+            run(rt, "x")
+        assert fault.hits == 1
+    finally:
+        rt.close()
+
+
+def test_errors_reach_the_cli_as_one_line(fault, tmp_path):
+    fault.mode = "500"
+    src = tmp_path / "a.txt"
+    src.write_text("hello")
+    p = subprocess.run([sys.executable, "-m", "assistd", "complete", "--file", str(src),
+                        "--backend", "openai", "--target-url", fault.url,
+                        "--db", str(tmp_path / "h.db")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("error: the remote Target")
+
+
+# -- security ------------------------------------------------------------------------------
+
+
+def test_the_key_file_must_be_private_and_the_key_goes_nowhere_else(fault, tmp_path, caplog):
+    key = tmp_path / "key"
+    key.write_text("s3cret-key\n")
+    key.chmod(0o644)
+    with pytest.raises(InputError, match="chmod 600"):
+        read_key(key)
+    key.chmod(0o600)
+    assert read_key(key) == "s3cret-key"
+    assert read_key(None, {"ASSISTD_TARGET_KEY": "from-env"}) == "from-env"
+    other = FaultServer().start()  # where a redirect points: it must never see the key
+    caplog.set_level(logging.DEBUG)
+    rt = remote_runtime(tmp_path, fault.url, target_key_file=str(key))
+    try:
+        assert run(rt, "x").text == "Hello, world!"
+        assert fault.auth[-1] == "Bearer s3cret-key"
+        assert "s3cret" not in repr(rt.target)
+        fault.mode = "500"
+        with pytest.raises(RemoteTargetError) as e:
+            run(rt, "x")
+        assert "s3cret" not in str(e.value)
+        fault.mode, fault.redirect_to = "redirect", other.url
+        with pytest.raises(RemoteTargetError, match="does not follow redirects"):
+            run(rt, "x")
+        assert other.hits == 0 and other.auth == []
+        assert "s3cret" not in caplog.text
+    finally:
+        rt.close()
+        other.stop()
+
+
+def test_plain_http_to_another_host_warns_once_and_tls_options(caplog, tmp_path):
+    caplog.set_level(logging.WARNING, logger="assistd.targets.remote")
+    for _ in range(2):  # TEST-NET-1 (RFC 5737): never routed; the probe just fails
+        RemoteTarget("http://192.0.2.7:9/v1", timeout_s=0.2).close()
+    warnings = [r for r in caplog.records if "unencrypted" in r.getMessage()]
+    assert len(warnings) == 1
+    with pytest.raises(InputError, match="CA bundle"):
+        RemoteTarget("https://127.0.0.1:9", ca_bundle=tmp_path / "missing.pem")
+    with pytest.raises(InputError, match="must be http"):
+        RemoteTarget("ftp://127.0.0.1:9")
+    with pytest.raises(InputError, match="must not hold credentials") as e:
+        RemoteTarget("http://me:s3cret@127.0.0.1:9")
+    assert "s3cret" not in str(e.value)
+
+
+def test_the_proxy_and_ca_variables_are_honoured(fault, monkeypatch):
+    """trust_env: a request to another host goes through $HTTP_PROXY (the fault server
+    plays the proxy and sees the absolute URL); $REQUESTS_CA_BUNDLE is read as a CA file."""
+    monkeypatch.setenv("HTTP_PROXY", fault.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    RemoteTarget("http://assistd-proxy-test.invalid:8080", timeout_s=5).close()
+    assert "http://assistd-proxy-test.invalid:8080/v1/models" in fault.targets
+    with pytest.raises(InputError, match="CA bundle .*nowhere.pem"):
+        RemoteTarget("https://127.0.0.1:9", environ={"REQUESTS_CA_BUNDLE": "/nowhere.pem"})
+
+
+def test_without_a_tokenizer_prompts_are_budgeted_in_characters(fault, tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="assistd.targets.remote")
+    rt = remote_runtime(tmp_path, fault.url)
+    try:
+        ids = rt.prompt("y" * 1000 + "tail", 10)
+        assert rt.target.chars_per_token == 4 and len(ids) == 40
+        assert rt.target.prompt_text(ids).endswith("tail")
+        assert sum("characters per token" in r.getMessage() for r in caplog.records) == 1
+        assert run(rt, "x").text == "Hello, world!"
+    finally:
+        rt.close()
+
+
+def test_the_prompt_keeps_a_bos_that_is_also_the_chat_marker(tmp_path):
+    """SmolLM2's BOS is <|im_start|> and it adds none itself: a chat prompt's first
+    marker must reach the server (it was dropped once, as if the server added it)."""
+    from assistd.runtime.chat import chat_prompt_ids
+
+    t = RemoteTarget(f"http://127.0.0.1:{free_port()}", tokenizer=default_model_path())
+    try:
+        ids = chat_prompt_ids(t, [{"role": "user", "content": "hi"}])
+        assert ids[0] == t.bos_token_id and not t.add_bos
+        assert t.prompt_text(ids).startswith("<|im_start|>system\n")
+        assert t.prompt_text(t.tokenize("def f():")) == "def f():"
+    finally:
+        t.close()
+
+
+def test_the_gguf_vocabulary_is_the_local_targets(target, tmp_path):
+    """--model with the remote backend: the GGUF's vocabulary alone (no weights, no
+    context), tokenizing as the local Target does and sharing its history's token space."""
+    from assistd.ground.errors import ModelError
+
+    t = RemoteTarget(f"http://127.0.0.1:{free_port()}", tokenizer=default_model_path())
+    try:
+        text = "def f(a):\n    return a  # héllo <|im_start|>\n" * 3
+        assert t.fingerprint == target.fingerprint and t.tokenize(text) == target.tokenize(text)
+        assert (t.bos_token_id, t.add_bos, t.eos_token_ids, t.special_ids()) == (
+            target.bos_token_id, target.add_bos, target.eos_token_ids, target.special_ids())
+        assert t.detokenize(t.tokenize(text)) == text
+    finally:
+        t.close()
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model")
+    with pytest.raises(ModelError, match="not a GGUF"):
+        RemoteTarget(f"http://127.0.0.1:{free_port()}", tokenizer=junk)
+
+
+def test_a_refused_key_is_said_and_never_taken_for_a_missing_tokenizer(fault, tmp_path):
+    """A 401 on the tokenize endpoint is the key's fault, not a server without one: the
+    caller hears it, and the Target does not fall back to counting characters."""
+    fault.mode = "401"
+    rt = remote_runtime(tmp_path, fault.url)
+    try:
+        with pytest.raises(RemoteTargetError, match=r"refused the key \(HTTP 401\)"):
+            rt.prompt("x", 10)
+        assert rt.target.status()["tokenizer"] == "unknown yet"
+    finally:
+        rt.close()
