@@ -63,10 +63,54 @@ _model_option = click.option(
     help="GGUF file of the Target, or (torch backend) a Hugging Face model directory."
          " [default: the embedded SmolLM2-135M-Instruct Q4_1]",
 )
+# Token trees for replay and bench: an arm NAME+tree is a proposer's tree mode; --tree
+# both runs each tree-capable proposer both ways in one run, the fairest comparison
+# (same tokens, same machine state), with the arms named apart in every table.
+_tree_option = click.option(
+    "--tree", type=click.Choice(["off", "on", "both"]), default="off", show_default=True,
+    help="Token-tree drafts for the proposers that have a tree mode (suffix,"
+         " peer:suffixdecoding): off, on (their NAME+tree arm instead), or both (each both"
+         " ways, to compare). `--proposer suffix+tree` asks for one arm by name.")
+_nodes_option = click.option(
+    "--nodes", type=click.IntRange(1, 256), default=64, show_default=True,
+    help="Node budget of a tree round: draft tokens verified in one forward.")
+
+
 _backend_option = click.option(
     "--backend", type=click.Choice(["llama", "torch"]), default="llama", show_default=True,
     help="Target backend: llama.cpp, or torch through transformers (pip install 'assistd[torch]').",
 )
+# `complete` (and `serve`) may also send generation to a remote server.
+_complete_backend_option = click.option(
+    "--backend", type=click.Choice(["llama", "torch", "openai"]), default="llama",
+    show_default=True,
+    help="Target backend: llama.cpp, torch through transformers (pip install 'assistd[torch]'),"
+         " or openai: a remote OpenAI-compatible server (--target-url).",
+)
+
+
+def _remote_options(fn):
+    """--target-url and its companions (backend openai), for `complete` and `serve`."""
+    for opt in reversed([
+        click.option("--target-url", default=None, metavar="URL",
+                     help="backend openai: the server's base URL (e.g. http://127.0.0.1:8080);"
+                          " --model may then name a GGUF with the server model's tokenizer."),
+        click.option("--target-key-file", default=None, metavar="FILE",
+                     help="backend openai: a 0600 file holding the server's API key."
+                          " [env: ASSISTD_TARGET_KEY]"),
+        click.option("--target-model", default=None, metavar="NAME",
+                     help="backend openai: the model name to ask for. [default: the server's first]"),
+        click.option("--target-ca-bundle", default=None, metavar="FILE",
+                     help="backend openai: PEM CA certificates for https (also honoured:"
+                          " SSL_CERT_FILE, REQUESTS_CA_BUNDLE, the proxy variables)."),
+        click.option("--target-timeout-ms", type=click.IntRange(1), default=None,
+                     help="backend openai: the longest wait for the server's next chunk, ms."
+                          " [default: 30000]"),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
 _numerics_option = click.option(
     "--numerics", type=click.Choice(["exact", "fast"]), default="exact", show_default=True,
     help="llama backend: exact = batch-invariant kernels, so speculative output is plain"
@@ -418,7 +462,7 @@ def history_vacuum(db, as_json):
               help="Stop string, excluded from the output; repeat the option for several.")
 @_n_ctx_option
 @_model_option
-@_backend_option
+@_complete_backend_option
 @click.option("--device", default="auto", show_default=True,
               help="torch backend: auto, cpu, cuda, cuda:N or mps.")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
@@ -429,6 +473,7 @@ def history_vacuum(db, as_json):
 @_numerics_option
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="CPU threads for the Target. [default: all usable cores]")
+@_remote_options
 @_db_option
 @click.option("--daemon/--no-daemon", "use_daemon", default=None,
               help="Run on the daemon (`assistd serve`), or in this process. [default: the"
@@ -436,7 +481,8 @@ def history_vacuum(db, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_speculation, k,
              language, max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
-             n_ctx, model, backend, device, dtype, n_gpu_layers, numerics, threads, db,
+             n_ctx, model, backend, device, dtype, n_gpu_layers, numerics, threads, target_url,
+             target_key_file, target_model, target_ca_bundle, target_timeout_ms, db,
              use_daemon, as_json):
     """Complete the text before a cursor with the Target, drafting from the history.
 
@@ -490,7 +536,10 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         language=language,
         target_options={"backend": backend, "device": device, "dtype": dtype,
                         "n_gpu_layers": n_gpu_layers, "n_threads": threads,
-                        "numerics": numerics},
+                        "numerics": numerics, "target_url": target_url,
+                        "target_key_file": target_key_file, "target_model": target_model,
+                        "target_ca_bundle": target_ca_bundle,
+                        "target_timeout_s": (target_timeout_ms or 30_000) / 1000},
     )
     if as_json:
         click.echo(json.dumps(result.as_dict()))
@@ -504,7 +553,7 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
 # Options that pick another Target or history than the daemon's: their presence means
 # the user wants this process to run the completion.
 _IN_PROCESS_OPTIONS = ("model", "backend", "n_ctx", "device", "dtype", "n_gpu_layers",
-                       "numerics", "threads", "db", "draft_model")
+                       "numerics", "threads", "db", "draft_model", "target_url")
 
 
 def _complete_daemon(use_daemon):
@@ -542,6 +591,37 @@ def _print_completion(out: dict, as_json: bool) -> None:
     click.echo(ledger.summary() + f" stop={out['stop_reason']} daemon=yes", err=True)
 
 
+@cli.group()
+def peers():
+    """Optional peers for `replay` and `bench`, built into the user cache on request.
+
+    \b
+    Example:
+        assistd peers build arctic
+    """
+
+
+@peers.command("build")
+@click.argument("name", type=click.Choice(["arctic"]))
+@click.option("--sdist", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A local arctic_inference-0.3.0.tar.gz instead of pip's download from PyPI.")
+def peers_build(name, sdist):
+    """Build Arctic Inference 0.3.0's SuffixDecoding (peer:arctic, peer:arctic-tree).
+
+    Downloads the sdist with pip, builds its csrc/suffix_decoding with CMake and nanobind
+    (a C++20 compiler is needed; about 30 s) and keeps the module in the user cache;
+    a second call reuses it.
+
+    \b
+    Example:
+        assistd peers build arctic
+        assistd replay session.jsonl --proposer peer:arctic --proposer peer:arctic-tree
+    """
+    from assistd.measure.arctic import build
+
+    click.echo(f"built: {build(sdist, log=lambda m: click.echo(m, err=True))}")
+
+
 @cli.command()
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--git", "git_repo", type=click.Path(path_type=Path), default=None,
@@ -551,19 +631,23 @@ def _print_completion(out: dict, as_json: bool) -> None:
               help="With --git: how many of the last (first-parent) commits, oldest first.")
 @click.option("--proposer", "proposers", multiple=True, metavar="NAME",
               help="Proposer to replay; repeat for several. [default: every registered one"
-                   " except draft_model, peers included]")
+                   " except draft_model and peer:arctic(-tree), other peers included;"
+                   " those need `assistd peers build arctic`]")
 @click.option("--k", "k", type=click.IntRange(1, 64), default=16, show_default=True,
               help="Draft length ceiling per round.")
 @click.option("--cost-model", default="calibrate", show_default=True,
-              metavar="reference|calibrate|FILE",
+              metavar="reference|flat|calibrate|FILE",
               help="The Target's forward time t(n): the reference 2-core CPU's figures"
-                   " (docs/design.md; 'brief' is the old name), measured on the Target now"
-                   " (~2 s), or a JSON file {\"points\": {\"1\": 11.0, ...}}.")
+                   " (docs/design.md; 'brief' is the old name), flat (any round costs one"
+                   " forward, as on a GPU), measured on the Target now (~2 s), or a JSON"
+                   " file {\"points\": {\"1\": 11.0, ...}}.")
+@_tree_option
+@_nodes_option
 @click.option("--model", type=click.Path(path_type=Path), default=None,
               help="GGUF file of the Target: its tokenizer, and its speed with --cost-model"
                    " calibrate. [default: the embedded SmolLM2-135M-Instruct Q4_1]")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay(files, git_repo, git_commits, proposers, k, cost_model, model, as_json):
+def replay(files, git_repo, git_commits, proposers, k, cost_model, tree, nodes, model, as_json):
     """Replay recorded outputs through each proposer, offline, as the decoder would.
 
     The recorded model turns stand in for the Target's output (an oracle): at each
@@ -583,6 +667,8 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, model, as_jso
         assistd replay ~/.claude/projects/myproj/*.jsonl --cost-model reference
         assistd replay run.traj --proposer suffix --proposer peer:llama-cpp-python-pld --json
         assistd replay --git . --git-commits 50 --k 8
+        assistd replay transcripts/ --proposer suffix --proposer peer:suffixdecoding \\
+            --tree both --nodes 64 --cost-model flat
     """
     from assistd.measure.replay import replay_report
 
@@ -593,7 +679,7 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, model, as_jso
     try:
         report = replay_report(files, git_repo=git_repo, git_commits=git_commits,
                                names=proposers, k=k, cost_model=cost_model, model=model,
-                               progress=update)
+                               progress=update, tree=tree, max_nodes=nodes)
     finally:
         close()
     if as_json:
@@ -646,12 +732,14 @@ class _BenchK(_KChoice):
 @_numerics_option
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
               help="Which stdlib files and cursors; the tuner's exploration draws.")
+@_tree_option
+@_nodes_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
               help="Write ledger.md, ledger.json, speedup.png and acceptance.png here.")
 def bench(workloads, proposers, backend, model, draft_model, k, cases, max_tokens, repeats,
-          max_prompt_tokens, n_ctx, threads, no_library_peer, numerics, seed, as_json,
-          report_dir):
+          max_prompt_tokens, n_ctx, threads, no_library_peer, numerics, seed, tree, nodes,
+          as_json, report_dir):
     """Measure plain decoding, every proposer and the in-stack peers on one ledger.
 
     One process, one Target, the same prompts, the arms interleaved. Prints per
@@ -664,6 +752,7 @@ def bench(workloads, proposers, backend, model, draft_model, k, cases, max_token
         assistd bench
         assistd bench --workload agent=~/.claude/projects/myproj --workload edit=. --report out/
         assistd bench --workload novel --proposer suffix --k 8 --json
+        assistd bench --workload agent --proposer suffix --tree both --nodes 64
     """
     import shlex
 
@@ -690,7 +779,8 @@ def bench(workloads, proposers, backend, model, draft_model, k, cases, max_token
             model=model, draft_model=draft_model, k=k, cases=cases, max_tokens=max_tokens,
             repeats=repeats, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
             n_threads=threads, library_peer=not no_library_peer, numerics=numerics,
-            seed=seed, command=command, progress=progress, optional=optional, on_skip=skip)
+            seed=seed, command=command, progress=progress, optional=optional, on_skip=skip,
+            tree=tree, max_nodes=nodes)
     finally:
         close()
     for warning in report["warnings"]:
@@ -771,16 +861,24 @@ def _print_replay(report: dict) -> None:
                         f" cost model {report['cost_model']['source']}",
                   caption="speedup: committed·t(1) / (Σ rounds t(draft length) + plain·t(1));"
                           " t(L+1): a round costing t(draft length + 1)")
-    for col in ("proposer", "D", "C", "R", "plain", "accept", "mean len", "coverage",
-                "tok/call", "speedup", "t(L+1)", "p50 ms", "p99 ms"):
+    # Tree columns only where a tree round ran (D then counts nodes verified).
+    trees = any(m.get("tree_rounds") for m in report["proposers"].values())
+    cols = ["proposer", "D", "C", "R", "plain", "accept", "mean len", "coverage",
+            "tok/call", "speedup", "t(L+1)", "p50 ms", "p99 ms"]
+    if trees:
+        cols[5:5] = ["tree rounds", "nodes/round"]
+    for col in cols:
         table.add_column(col, justify="left" if col == "proposer" else "right",
                          overflow="fold")
     for name, m in report["proposers"].items():
-        table.add_row(name, f"{m['draft_tokens']:,}", f"{m['accepted_tokens']:,}",
-                      f"{m['rounds']:,}", f"{m['plain_steps']:,}", f(m["acceptance_rate"]),
-                      f(m["mean_acceptance_length"]), f(m["coverage"]), f(m["tokens_per_call"]),
-                      f(m["modeled_speedup"]), f(m["modeled_speedup_physical"]),
-                      f(m["propose_ms_p50"], ".3f"), f(m["propose_ms_p99"], ".3f"))
+        cells = [name, f"{m['draft_tokens']:,}", f"{m['accepted_tokens']:,}",
+                 f"{m['rounds']:,}", f"{m['plain_steps']:,}", f(m["acceptance_rate"]),
+                 f(m["mean_acceptance_length"]), f(m["coverage"]), f(m["tokens_per_call"]),
+                 f(m["modeled_speedup"]), f(m["modeled_speedup_physical"]),
+                 f(m["propose_ms_p50"], ".3f"), f(m["propose_ms_p99"], ".3f")]
+        if trees:
+            cells[5:5] = [f"{m.get('tree_rounds', 0):,}", f(m.get("nodes_per_round"))]
+        table.add_row(*cells)
     console.print(table)
     depth = min(8, max((len(m["reached_per_position"]) for m in report["proposers"].values()),
                        default=0))
@@ -845,7 +943,8 @@ def stats(scope, as_json, plot, db):
               default=None, help="TOML configuration file. [env: ASSISTD_CONFIG; default:"
                                  " <user config dir>/assistd/config.toml]")
 @click.option("--model", default=None, help="GGUF file of the Target (torch: also a model dir).")
-@click.option("--backend", type=click.Choice(["llama", "torch"]), default=None)
+@click.option("--backend", type=click.Choice(["llama", "torch", "openai"]), default=None)
+@_remote_options
 @click.option("--n-ctx", type=click.IntRange(64), default=None, help="Context window, tokens.")
 @click.option("--db", default=None, help="History database file.")
 @click.option("--repo", "repos", multiple=True, help="Repository to index and watch; repeat.")
@@ -929,6 +1028,15 @@ def status(as_json):
     click.echo(f"daemon on {client.path}: {st['model']} ({st['target']['backend']},"
                f" n_ctx {st['target']['n_ctx']}), up {st['uptime_s']:.0f} s,"
                f" max RSS {st['max_rss_mb']} MB")
+    remote = (st.get("target") or {}).get("remote")
+    if remote:
+        click.echo(f"remote Target {remote['url']}: "
+                   + ("reachable" if remote["reachable"] else "not reachable" if
+                      remote["reachable"] is False else "not contacted yet")
+                   + (f", model {remote['model']}" if remote.get("model") else "")
+                   + (f", latency {remote['latency_ms']:.0f} ms" if remote.get("latency_ms")
+                      is not None else "")
+                   + (f"; last error: {remote['last_error']}" if remote.get("last_error") else ""))
     click.echo(f"requests: {st['requests']}; tokens generated {st['tokens_generated']};"
                f" editor sessions {st.get('lsp_sessions', 0)}")
     click.echo(f"running: {', '.join(st['jobs_running']) or 'idle'}; queued: {len(st['jobs_queued'])};"

@@ -14,5 +14,6 @@ from proposers import peers as _peers  # noqa: F401  (registers the "peer:..." l
 from proposers import suffix as _suffix  # noqa: F401  (registers "suffix")
 from proposers import suffixdecoding as _suffixdecoding  # noqa: F401  (the SuffixDecoding peer)
 from proposers import draft_model as _draft_model  # noqa: F401  (registers "draft_model")
+from proposers import arctic as _arctic  # noqa: F401  (the real Arctic build, if built)
 
 __all__ = ["Draft", "Proposer", "available", "make_proposer", "register"]

@@ -14,6 +14,10 @@ Arms:
 - the peers' rules in our loop, with the peers' own defaults (``peer:llama-cpp-python-pld``
   and ``peer:transformers-pld`` at k = 10, ``peer:suffixdecoding`` at k = 16): the same
   verification, so their ledger is comparable position by position;
+- with ``--tree on|both``, the token-tree mode of the proposers that have one
+  (``suffix+tree``, ``peer:suffixdecoding+tree``; :func:`assistd.measure.replay.tree_arms`),
+  at most ``--nodes`` nodes a round, on a llama.cpp Target opened with
+  ``tree_branches`` = :data:`TREE_BRANCHES` (one batch per tree; torch takes any tree);
 - on the llama.cpp backend, the library itself: llama-cpp-python's ``Llama`` with
   ``draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10)`` and ``logits_all=True``
   (what its docs prescribe), a second instance on the same GGUF and threads, greedy
@@ -57,7 +61,10 @@ from assistd.measure.bench_workloads import Case, Workload
 from assistd.runtime.runtime import Plan, Runtime, index_width
 
 PEER_RULE_K = {"peer:llama-cpp-python-pld": 10, "peer:transformers-pld": 10,
-               "peer:suffixdecoding": 16}
+               "peer:suffixdecoding": 16,
+               # Arctic's vLLM default num_speculative_tokens for suffix decoding
+               "peer:arctic": 16, "peer:arctic-tree": 16}
+TREE_BRANCHES = 16  # leaves of a tree round on llama.cpp (KV sequence ids in one batch)
 LIBRARY_PEERS = {"llama": "llama-cpp-python PLD (library)",
                  "torch": "transformers prompt lookup (library)"}
 
@@ -65,30 +72,33 @@ LIBRARY_PEERS = {"llama": "llama-cpp-python PLD (library)",
 @dataclass(frozen=True)
 class Arm:
     """One way of decoding: ``kind`` is plain | proposer | peer-rule | peer-library;
-    ``k`` the ceiling (tokens) or ``"auto"``."""
+    ``k`` the ceiling (tokens) or ``"auto"``; ``tree``: the proposer's token-tree mode
+    (the arm is then named ``proposer+tree``)."""
 
     name: str
     kind: str
     proposer: str | None
     k: int | str
+    tree: bool = False
 
 
 def arms_for(proposers: Sequence[str], k: int | str, *, library_peer: str | None,
-             draft_model: bool = False) -> list[Arm]:
-    """Plain first, then the proposers named (a ``peer:`` name runs at its peer's k),
-    ``draft_model`` when a draft is given, and the library peer named ``library_peer``."""
-    from proposers import available
+             draft_model: bool = False, tree: str = "off") -> list[Arm]:
+    """Plain first, then the proposers named (a ``peer:`` name runs at its peer's k;
+    ``NAME+tree`` and ``tree`` as :func:`assistd.measure.replay.tree_arms`),
+    ``draft_model`` when a draft is given, and the library peer named ``library_peer``.
+    Raises :class:`InputError` for an unknown arm."""
+    from assistd.measure.replay import split_arm, tree_arms
 
     arms = [Arm("plain", "plain", None, 0)]
-    for name in proposers:
-        if name not in available():
-            raise InputError(f"unknown proposer {name!r}; known: {', '.join(available())}")
-        if name == "draft_model" and not draft_model:
+    for name in tree_arms(proposers, tree):
+        proposer, is_tree = split_arm(name)
+        if proposer == "draft_model" and not draft_model:
             raise InputError("--proposer draft_model needs --draft-model PATH")
-        if name.startswith("peer:"):
-            arms.append(Arm(name, "peer-rule", name, PEER_RULE_K.get(name, 10)))
+        if proposer.startswith("peer:"):
+            arms.append(Arm(name, "peer-rule", proposer, PEER_RULE_K.get(proposer, 10), is_tree))
         else:
-            arms.append(Arm(name, "proposer", name, k))
+            arms.append(Arm(name, "proposer", proposer, k, is_tree))
     if draft_model and "draft_model" not in proposers:
         arms.append(Arm("draft_model", "proposer", "draft_model", k))
     if library_peer:
@@ -264,6 +274,9 @@ def arm_row(arm: Arm, t: ArmTotals, plain: ArmTotals) -> dict:
         "acceptance_rate": None if library else led.acceptance_rate,
         "mean_acceptance_length": None if library else led.mean_acceptance_length,
         "coverage": None if library else led.coverage,
+        # Trees: rounds that branched; draft nodes verified per round (D / R).
+        "tree_rounds": None if library else int(led.tree_rounds),
+        "nodes_per_round": None if library else ratio(led.draft_tokens, led.rounds),
         "accepted_per_position": [int(x) for x in led.accepted_per_position],
         "reached_per_position": [int(x) for x in led.reached_per_position],
         "tried_per_position": [int(x) for x in led.tried_per_position],
@@ -315,9 +328,11 @@ class Bench:
     :class:`LlamaCppPromptLookup` (or None); ``draft``: an open draft-model Target."""
 
     def __init__(self, target, arms: Sequence[Arm], *, max_tokens: int, repeats: int,
-                 cost, library_peer=None, draft=None, seed: int = 0, progress: Callable[[str, int], None] | None = None):
+                 cost, library_peer=None, draft=None, seed: int = 0, progress: Callable[[str, int], None] | None = None,
+                 max_nodes: int = 64):
         if repeats < 1 or max_tokens < 1:
             raise InputError("--repeats and --max-tokens must be at least 1")
+        self.max_nodes = max_nodes
         self.target, self.arms, self.max_tokens, self.repeats = target, list(arms), max_tokens, repeats
         self.cost, self.peer, self.draft = cost, library_peer, draft
         self.seed = seed
@@ -335,7 +350,8 @@ class Bench:
         for arm in self.arms:
             if arm.proposer is None:
                 continue
-            options = proposer_options(arm.proposer, scope_index, self.cost, self.target)
+            options = proposer_options(arm.proposer, scope_index, self.cost, self.target,
+                                       tree=arm.tree, max_nodes=self.max_nodes)
             if arm.proposer == "draft_model":
                 options["draft"] = self.draft
             out[arm.name] = make_proposer(arm.proposer, **options)
@@ -495,12 +511,15 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         n_ctx: int = 2048, n_threads: int | None = None, library_peer: bool = True,
         numerics: str = "exact", seed: int = 0, command: str = "",
         progress=None, on_workload: Callable[[str], None] | None = None,
-        optional: Sequence[str] = (), on_skip: Callable[[str, str], None] | None = None) -> dict:
+        optional: Sequence[str] = (), on_skip: Callable[[str, str], None] | None = None,
+        tree: str = "off", max_nodes: int = 64) -> dict:
     """Build the workloads, run every arm, return the report (``assistd bench --json``).
 
     ``progress(total)`` is called once with the number of generations, and returns a
     ``step(description, n)`` callback. A spec in ``optional`` that cannot be built
-    (no transcripts found, say) is left out, with ``on_skip(spec, reason)``. Raises :class:`InputError` (a bad workload,
+    (no transcripts found, say) is left out, with ``on_skip(spec, reason)``. ``tree``
+    (off | on | both) and ``max_nodes``: token-tree arms and their node budget a round.
+    Raises :class:`InputError` (a bad workload,
     proposer or setting) and :class:`~assistd.ground.errors.ModelError` (a model fails to load).
     """
     from assistd.measure.bench_workloads import build_workload, parse_spec
@@ -520,11 +539,15 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         parse_spec(spec)
     if not workload_specs:
         raise InputError("no workload to run")
+    if max_nodes < 1:
+        raise InputError(f"--nodes must be at least 1, got {max_nodes}")
     arms = arms_for(proposers, k, library_peer=LIBRARY_PEERS.get(backend) if library_peer else None,
-                    draft_model=draft_model is not None)
+                    draft_model=draft_model is not None, tree=tree)
+    # llama.cpp verifies a tree in one batch only with branch ids to spare (one sequence).
+    branches = TREE_BRANCHES if backend == "llama" and any(a.tree for a in arms) else 0
     started = time.time()
     target = open_target(model, backend=backend, n_ctx=n_ctx, n_threads=n_threads,
-                         numerics=numerics)
+                         numerics=numerics, **({"tree_branches": branches} if branches else {}))
     peer = draft = None
     try:
         workloads = []
@@ -554,7 +577,7 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
             peer = library_peer_for(target)
         cost = CostModel.calibrate(target)
         bench = Bench(target, arms, max_tokens=max_tokens, repeats=repeats, cost=cost,
-                      library_peer=peer, draft=draft, seed=seed)
+                      library_peer=peer, draft=draft, seed=seed, max_nodes=max_nodes)
         if progress is not None:
             bench.progress = progress(bench.steps(workloads))
         results = [bench.run_workload(w) for w in workloads]
@@ -573,7 +596,8 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         "target": target_desc,
         "settings": {"k": k, "max_tokens": max_tokens, "repeats": repeats, "cases": cases,
                      "max_prompt_tokens": budget, "near_tie_gap": NEAR_TIE_GAP,
-                     "numerics": target.numerics, "seed": seed,
+                     "numerics": target.numerics, "seed": seed, "tree": tree,
+                     "max_nodes": max_nodes, "tree_branches": branches,
                      "arms": [a.name for a in arms]},
         "cost_model": cost.as_dict(),
         "workloads": results,
@@ -611,7 +635,8 @@ def check_ledger(report: dict) -> list[str]:
     """The ledger arithmetic every row must obey; returns the violations (empty = ok).
 
     committed = C + R + P; acceptance rate = C / D; mean acceptance length = 1 + C / R;
-    coverage = R / (R + P); Σ accepted per position = C, Σ reached per position = D;
+    coverage = R / (R + P); Σ accepted per position = C, Σ reached per position = D
+    (a row with tree rounds: <= D, since positions are depths and D counts nodes);
     tokens/s = committed / decode s; speedup = tokens/s / plain's; the spread brackets
     nothing outside [min, max] of the per-repeat ratios; plain's speedup is 1.
     """
@@ -644,8 +669,11 @@ def check_ledger(report: dict) -> list[str]:
             close(a["acceptance_rate"], ratio(C, D), "acceptance rate", row)
             close(a["mean_acceptance_length"], 1 + C / R if R else None, "mean acc. len", row)
             close(a["coverage"], ratio(R, R + P), "coverage", row)
-            if sum(a["accepted_per_position"]) != C or sum(a["reached_per_position"]) != D:
-                bad.append(f"{row}: per-position sums != C, D")
+            # Per position is by depth: a tree round reaches its depth, verifies its nodes.
+            reached, trees = sum(a["reached_per_position"]), a.get("tree_rounds") or 0
+            if sum(a["accepted_per_position"]) != C or (reached > D if trees else reached != D):
+                bad.append(f"{row}: per-position sums != C, D"
+                           + (" (or reached > D)" if trees else ""))
             if R and a["reached_per_position"][0] != R:
                 bad.append(f"{row}: every round reaches position 1")
             close(a["draft_ms_per_token"], ratio(a["draft_ms"], a["committed_tokens"]),

@@ -14,6 +14,8 @@ that never drafted); it is shown as ``-``. Columns, per arm of a workload:
     accept           acceptance_rate = accepted / drafted tokens
     mean len         mean_acceptance_length = 1 + accepted / rounds (tokens per round)
     coverage         rounds / (rounds + plain steps)
+    tree rounds      rounds whose draft was a token tree (only where a tree ran)
+    nodes/round      draft tokens (tree nodes) verified per round, D / R (ditto)
     a_1..a_4         conditional acceptance at draft positions 1..4 (accepted_i / tried_i)
     draft, verify    milliseconds per committed token
     extra MiB        memory over plain decoding, MiB (2**20 bytes)
@@ -41,6 +43,9 @@ LEGEND = ("speedup = tok/s over plain decoding's, whole run (min–max of the re
           f" a_1..a_{POSITIONS} = conditional acceptance per draft position; ms/tok = per"
           " committed token; output match = cases identical to plain decoding (near-tie:"
           " differs only where plain's top-2 logits are within the gap)")
+TREE_HEADERS = ["tree rounds", "nodes/round"]  # after coverage, where a tree ran
+TREE_LEGEND = ("; tree rounds = rounds whose draft branched; nodes/round = draft tokens (tree"
+               " nodes) verified per round; accept is then accepted / verified nodes")
 
 
 def _f(x, fmt: str = ".2f") -> str:
@@ -88,6 +93,28 @@ def _cells(arm: dict) -> list[str]:
             _f(arm.get("verify_ms_per_token")), _mib(arm.get("extra_memory_bytes"))]
 
 
+def _has_trees(w: dict) -> bool:
+    return any(arm.get("tree_rounds") for arm in w.get("arms") or [])
+
+
+def _headers(w: dict) -> list[str]:
+    """HEADERS, with TREE_HEADERS after coverage in a workload where a tree ran."""
+    if not _has_trees(w):
+        return list(HEADERS)
+    i = HEADERS.index("coverage") + 1
+    return HEADERS[:i] + TREE_HEADERS + HEADERS[i:]
+
+
+def _row(arm: dict, trees: bool) -> list[str]:
+    """:func:`_cells`, with the tree columns when ``trees``."""
+    cells = _cells(arm)
+    if trees:
+        i = HEADERS.index("coverage") + 1
+        tr = arm.get("tree_rounds")
+        cells[i:i] = ["-" if tr is None else f"{tr:,}", _f(arm.get("nodes_per_round"))]
+    return cells
+
+
 def _counts(w: dict) -> str:
     """``6 cases, 7,000 prompt tokens, 180,000 history tokens`` (missing counts left out)."""
     counts = [f"{w[k]:,} {label}" for k, label in (("cases", "cases"), ("prompt_tokens",
@@ -129,7 +156,8 @@ def print_ledger(report: dict, console=None) -> None:
         console = Console(**kw) if sys.stdout.isatty() else Console(width=160, **kw)
     for w in report.get("workloads") or []:
         table = Table(title=f"{w.get('name', '?')}: {_counts(w)}", title_justify="left")
-        for col in HEADERS:
+        trees = _has_trees(w)
+        for col in _headers(w):
             table.add_column(col, justify="left" if col in ("arm", "output match") else "right",
                              overflow="fold", no_wrap=col.startswith("a_1"))
         for arm in w.get("arms") or []:
@@ -137,13 +165,14 @@ def print_ledger(report: dict, console=None) -> None:
             match = Text(head)
             if differs:
                 match.append(" " + differs, style="bold red")
-            table.add_row(*(Text(c) for c in _cells(arm)), match)
+            table.add_row(*(Text(c) for c in _row(arm, trees)), match)
         console.print(table)
     if not report.get("workloads"):
         console.print("no workloads in the report")
     for warning in report.get("warnings") or []:
         console.print(Text(f"warning: {warning}", style="bold yellow"))
-    console.print(Text(LEGEND, style="dim"))
+    trees = any(_has_trees(w) for w in report.get("workloads") or [])
+    console.print(Text(LEGEND + (TREE_LEGEND if trees else ""), style="dim"))
     console.print(Text(f"{_machine_line(report)}; {_target_line(report)}\n"
                        f"{_settings_line(report)}"))
 
@@ -167,13 +196,15 @@ def ledger_markdown(report: dict, level: int = 3) -> str:
         lines.append((about.rstrip(".") + ". " if about else "") + _counts(w)
                      + (f" ({w['history_documents']:,} documents)"
                         if w.get("history_documents") is not None else "") + ".")
-        lines += ["", "| " + " | ".join(HEADERS) + " |",
-                  "|" + "|".join("---" if h == "arm" else "---:" for h in HEADERS[:-1]) + "|---|"]
+        headers, trees = _headers(w), _has_trees(w)
+        lines += ["", "| " + " | ".join(headers) + " |",
+                  "|" + "|".join("---" if h == "arm" else "---:" for h in headers[:-1]) + "|---|"]
         for arm in w.get("arms") or []:
             head, differs = _match(arm)
-            cells = _cells(arm) + [head + (f" **{differs}**" if differs else "")]
+            cells = _row(arm, trees) + [head + (f" **{differs}**" if differs else "")]
             lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
-    lines += ["", LEGEND + "."]
+    any_trees = any(_has_trees(w) for w in report.get("workloads") or [])
+    lines += ["", LEGEND + (TREE_LEGEND if any_trees else "") + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,8 @@ holds, per workload, per guide cost model and per proposer, the raw counters of 
 oracle replay: rounds by draft length L, plain steps, committed tokens. Each is priced
 with the physical formula of ``assistd replay`` (docs/design.md, "Cost model and
 speedup"): committed · t(1) / (Σ_L n_L · t(L + 1) + P · t(1)), t measured at one
-context length. Chains only: tree rounds are a later issue.
+context length. A tree round (the ``NAME+tree`` arms) counts under the nodes it
+verified, L = nodes, since its one forward costs what a chain of as many tokens does.
 """
 
 from __future__ import annotations

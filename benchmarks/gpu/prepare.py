@@ -73,7 +73,8 @@ def acceptance(transcripts: Path, git_commits: int, guide_from: Path | None) -> 
             continue
         guides = {}
         for guide_name, spec in (("reference", "reference"), ("gpu", str(guide_path.relative_to(REPO)))):
-            report = replay([*inputs, "--cost-model", spec])
+            # Chains and token trees of each tree-capable proposer, in one pass.
+            report = replay([*inputs, "--cost-model", spec, "--tree", "both", "--nodes", "64"])
             guides[guide_name] = {"cost_model": report["cost_model"], "proposers": {
                 p: {k: m[k] for k in KEEP} for p, m in report["proposers"].items()}}
             inp = report["inputs"]

@@ -313,3 +313,45 @@ def test_novel_workload_names_the_source_it_used(target, tmp_path, monkeypatch):
     empty.write_text('{"role": "user", "content": "hi"}\n')  # too short to be a request
     w = novel_workload(target, empty, 2, 256, library=ROOT / "proposers")
     assert w.source.startswith("module docstrings of the library")
+
+
+def test_tree_arms():
+    """--tree both: each proposer with a tree mode twice (chain arm first), at its own k;
+    NAME+tree by name; a proposer without a tree mode is refused."""
+    arms = arms_for(["suffix", "ngram", "peer:suffixdecoding"], "auto", library_peer=None,
+                    tree="both")
+    assert [(a.name, a.kind, a.proposer, a.k, a.tree) for a in arms] == [
+        ("plain", "plain", None, 0, False), ("suffix", "proposer", "suffix", "auto", False),
+        ("suffix+tree", "proposer", "suffix", "auto", True),
+        ("ngram", "proposer", "ngram", "auto", False),
+        ("peer:suffixdecoding", "peer-rule", "peer:suffixdecoding", 16, False),
+        ("peer:suffixdecoding+tree", "peer-rule", "peer:suffixdecoding", 16, True)]
+    assert [a.name for a in arms_for(["suffix+tree"], 8, library_peer=None)] == [
+        "plain", "suffix+tree"]
+    with pytest.raises(InputError, match="has no tree mode"):
+        arms_for(["ngram+tree"], 8, library_peer=None)
+
+
+def test_tree_run_on_llama_opens_branch_ids_and_matches_plain(edit_repo):
+    """A short `bench --tree both` on the edit workload: the Target is opened with
+    branch ids (one batch a tree), the tree arms run tree rounds and count them, their
+    output equals plain decoding's (exact numerics), and the ledger arithmetic holds."""
+    cmd = [sys.executable, "-m", "assistd", "bench", "--workload", f"edit={edit_repo}",
+           "--proposer", "suffix", "--proposer", "peer:suffixdecoding", "--tree", "both",
+           "--nodes", "32", "--k", "8", "--cases", "1", "--max-tokens", "32", "--repeats", "1",
+           "--max-prompt-tokens", "400", "--no-library-peer", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    s = report["settings"]
+    assert (s["tree"], s["max_nodes"], s["tree_branches"]) == ("both", 32, 16)
+    arms = {a["arm"]: a for a in report["workloads"][0]["arms"]}
+    assert list(arms) == ["plain", "suffix", "suffix+tree", "peer:suffixdecoding",
+                          "peer:suffixdecoding+tree"]
+    assert arms["suffix"]["tree_rounds"] == 0 and arms["peer:suffixdecoding"]["tree_rounds"] == 0
+    assert arms["peer:suffixdecoding+tree"]["tree_rounds"] > 0, arms["peer:suffixdecoding+tree"]
+    for a in arms.values():
+        assert a["output_match"]["exact"] == 1, (a["arm"], a["output_match"])
+        if a["rounds"]:
+            assert a["nodes_per_round"] == pytest.approx(a["draft_tokens"] / a["rounds"])
+    assert check_ledger(report) == []

@@ -189,3 +189,24 @@ def test_directory_that_is_a_file_is_an_input_error(tmp_path):
         write_report(REPORT, blocker)
     with pytest.raises(InputError, match="another output folder"):
         write_report(REPORT, blocker / "below")
+
+
+def test_tree_columns_only_where_a_tree_ran():
+    """A workload with a tree arm gets 'tree rounds' and 'nodes/round' after coverage
+    (the other arms show 0 and their D / R); one without keeps the usual columns."""
+    report = copy.deepcopy(REPORT)
+    tree = _arm("suffix+tree", "proposer", proposer="suffix", k="auto", draft_tokens=3000,
+                accepted_tokens=700, rounds=300, plain_steps=276, tree_rounds=250,
+                nodes_per_round=10.0, coverage=0.52)
+    agent = report["workloads"][0]
+    agent["arms"].insert(2, tree)
+    agent["arms"][1]["tree_rounds"], agent["arms"][1]["nodes_per_round"] = 0, 3.0
+    md = ledger_markdown(report)
+    agent_md, novel_md = md.split("### novel")
+    assert "| coverage | tree rounds | nodes/round |" in agent_md
+    assert "| 0.52 | 250 | 10.00 |" in agent_md and "| 0.52 | 0 | 3.00 |" in agent_md
+    assert "tree rounds" not in novel_md.split("\n\n")[2]  # novel's table: no tree columns
+    assert "nodes/round = draft tokens (tree nodes)" in md
+    text = _render(report)
+    assert "nodes/round" in text and "suffix+tree" in text
+    assert "tree rounds" not in ledger_markdown(REPORT)

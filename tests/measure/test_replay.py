@@ -506,3 +506,150 @@ def test_cli_bad_inputs_are_one_line_exit_2(tmp_path):
                    "cost model file not found")
     one_line_error(assistd("replay"), "nothing to replay")
     one_line_error(assistd("replay", "--git", tmp_path, "--cost-model", "reference"), "git")
+
+
+# ---------------------------------------------------------------- token trees
+
+
+class FixedTree(Proposer):
+    """Test double: always the same token tree (``parents`` as Draft has them)."""
+
+    name = "test:fixed-tree"
+
+    def __init__(self, tokens, parents):
+        self.tokens = np.asarray(tokens, dtype=np.int64)
+        self.parents = np.asarray(parents, dtype=np.int64)
+
+    def propose(self, context, k, *, scope=None, language=None):
+        return Draft(self.tokens, None, "context", 1, parents=self.parents)
+
+
+def test_tree_oracle_by_hand():
+    """Turn [2, 3, 4, 5, 6, 7], k 4, always the 8-node tree 2 -> {3 -> {4 -> 9, 8}, 5},
+    4 -> 5 (tokens [2, 3, 4, 9, 8, 5, 4, 5], depth first), counted by hand:
+
+    - at 0 (next 2 3 4 5): 2, 3, 4 followed, 4's only child 9 is not 5: 3 accepted of
+      8 nodes verified, not at a leaf; commits 4;
+    - at 4 (one token left before the turn's last): the tree cut to depth 1, the roots
+      2 and 4, neither is 6: 0 accepted of 2 nodes;
+    - at 5, the turn's last token: a plain step.
+
+    D = 10 nodes, C = 3, R = 2, P = 1; modeled cost t(9) + t(3) + t(1) (nodes + 1)."""
+    tokens = [2, 3, 4, 9, 8, 5, 4, 5]
+    parents = [-1, 0, 1, 2, 1, 0, -1, 6]
+    p = FixedTree(tokens, parents)
+    counts = ReplayCounts()
+    walk_turn(lambda ctx, kk, lang: p.propose(ctx, kk), np.array([2, 3, 4, 5, 6, 7]), 0, 6, 4,
+              counts)
+    led = counts.ledger
+    assert (led.draft_tokens, led.accepted_tokens, led.rounds, led.plain_steps) == (10, 3, 2, 1)
+    assert led.committed_tokens == 6 and led.tree_rounds == 2
+    assert counts.rounds_by_draft_len == [0, 0, 1, 0, 0, 0, 0, 0, 1]
+    assert led.reached_per_position == [2, 1, 1, 1]  # by depth along the accepted branch
+    assert led.accepted_per_position == [1, 1, 1, 0]
+    assert led.tried_per_position == [2, 1, 1, 1]  # depth 4 was verified (4 had a child)
+    assert led.nodes_by_depth == [2, 0, 0, 8]
+    m = metrics(counts, BRIEF)
+    assert m["tree_rounds"] == 2 and m["nodes_per_round"] == 5.0
+    assert m["tokens_per_call"] == pytest.approx(6 / 3)
+    t = BRIEF.t_ms
+    assert m["modeled_speedup_physical"] == pytest.approx(6 * t(1) / (t(9) + t(3) + t(1)))
+
+
+def test_tree_arms_and_their_errors():
+    """NAME+tree arms: --tree off/on/both expands the proposers that have a tree mode;
+    a proposer without one, or an unknown --tree, is refused with the fix."""
+    from assistd.measure.replay import check_arm, split_arm, tree_arms
+
+    names = ["suffix", "ngram", "peer:suffixdecoding"]
+    assert tree_arms(names, "off") == names
+    assert tree_arms(names, "on") == ["suffix+tree", "ngram", "peer:suffixdecoding+tree"]
+    assert tree_arms(names, "both") == ["suffix", "suffix+tree", "ngram", "peer:suffixdecoding",
+                                        "peer:suffixdecoding+tree"]
+    assert tree_arms(["suffix+tree", "suffix"], "both") == ["suffix+tree", "suffix"]
+    assert split_arm("peer:suffixdecoding+tree") == ("peer:suffixdecoding", True)
+    with pytest.raises(InputError, match="'ngram' has no tree mode.*suffix"):
+        check_arm("ngram+tree")
+    with pytest.raises(InputError, match="unknown proposer 'nope'"):
+        tree_arms(["nope+tree"], "off")
+    with pytest.raises(InputError, match="--tree must be one of off, on, both"):
+        tree_arms(names, "sometimes")
+    # A tree arm gets the tree options; a chain arm does not.
+    assert build_proposer("suffix+tree", None, BRIEF, max_nodes=12).max_nodes == 12
+    assert build_proposer("suffix+tree", None, BRIEF).tree
+    assert not build_proposer("suffix", None, BRIEF).tree
+    assert build_proposer("peer:suffixdecoding+tree", None).tree
+
+
+def test_suffixdecoding_tree_mode_by_hand():
+    """Arctic's use_tree_spec on the live context: after ``1 2`` came ``3 4`` twice and
+    ``5 6`` once, and the context ends in ``1 2`` (Arctic's request tree holds it: a
+    fourth occurrence, counted in the denominators). Path mode follows 3 4 (2/4, then
+    1); tree mode grows best first by cumulative estimate within min(max_nodes, factor
+    x match length) nodes: 3 (2/4), 3 4 (2/4), then 5 (1/4) once the budget allows."""
+    from proposers.suffixdecoding import SuffixDecodingPeer
+
+    ctx = np.array([1, 2, 3, 4, 9, 1, 2, 5, 6, 9, 1, 2, 3, 4, 9, 7, 1, 2], dtype=np.int64)
+    path = SuffixDecodingPeer(None).propose(ctx, 8)
+    assert path.parents is None and path.tokens.tolist()[:2] == [3, 4]
+    tree = SuffixDecodingPeer(None, tree=True, max_spec_factor=2.0).propose(ctx, 8)
+    assert tree.is_tree
+    assert tree.tokens.tolist()[:2] == [3, 4] and 5 in tree.tokens.tolist()
+    first = tree.tokens.tolist().index(5)
+    assert tree.parents[first] == -1 and tree.probs[first] == pytest.approx(1 / 4)
+    assert tree.probs[0] == pytest.approx(2 / 4) and tree.probs[1] == pytest.approx(1.0)
+    # The node budget: never more than max_nodes, nor than factor x match length.
+    small = SuffixDecodingPeer(None, tree=True, max_nodes=2, max_spec_factor=2.0).propose(ctx, 8)
+    assert len(small.tokens) <= 2 and small.parents is None  # 3 and 3 4: a chain
+    one = SuffixDecodingPeer(None, tree=True, max_leaves=1).propose(ctx, 8)
+    assert one.parents is None  # one leaf: the path mode
+
+
+def test_suffix_tree_whose_first_branch_outruns_its_source():
+    """Found by the tree replay of the shared transcripts: a tree whose best first token
+    comes from the history (a 2-token continuation) and whose first branch goes on with
+    the live context's nodes crashed ``suffix``'s document lookup (numpy could not
+    compare a 3-token branch with 2-token rows). One-line fix in proposers/suffix.py."""
+    from proposers.index import HistoryIndex
+    from proposers.suffix import SuffixProposer
+
+    h = HistoryIndex()
+    h.put("s", 1, np.array([99, 11, 12, 20, 21], dtype=np.int64), "doc")
+    p = SuffixProposer(h, tree=True, match_prior={"context": 1.5, "history": 0.0})
+    ctx = np.array([10, 11, 12, 20, 21, 22, 23, 24, 25, 10, 11, 12], dtype=np.int64)
+    d = p.propose(ctx, 8, scope="s")
+    assert d.tokens.tolist() == [20, 21, 22] and d.source == "history" and d.document == "doc"
+
+
+def test_cli_tree_both_compares_in_one_run():
+    """--tree both --nodes 16, flat cost: suffix and SuffixDecoding each with and without
+    trees on the same tokens; tree arms verify at most 16 nodes a round, every arm commits
+    every model token; the table shows the tree columns."""
+    args = ["replay", DATA / "claude_session.jsonl", DATA / "chat.jsonl", "--proposer", "suffix",
+            "--proposer", "peer:suffixdecoding", "--tree", "both", "--nodes", 16,
+            "--cost-model", "flat"]
+    r = assistd(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["tree"] == "both" and out["max_nodes"] == 16
+    assert out["cost_model"]["source"] == "flat"
+    assert list(out["proposers"]) == ["suffix", "suffix+tree", "peer:suffixdecoding",
+                                      "peer:suffixdecoding+tree"]
+    for name, m in out["proposers"].items():
+        assert m["committed_tokens"] == out["inputs"]["model_tokens"]
+        # flat cost: the modeled speedup is tokens per call
+        assert m["modeled_speedup_physical"] == pytest.approx(m["tokens_per_call"])
+        assert len(m["rounds_by_draft_len"]) <= 17
+        if not name.endswith("+tree"):
+            assert m["tree_rounds"] == 0
+    assert out["proposers"]["suffix+tree"]["tree_rounds"] > 0
+    table = assistd(*args)
+    assert table.returncode == 0, table.stderr
+    assert "nodes/round" in table.stdout and "suffix+tree" in table.stdout
+
+
+def test_cli_tree_errors_are_one_line():
+    one_line_error(assistd("replay", DATA / "chat.jsonl", "--proposer", "ngram+tree",
+                           "--cost-model", "flat"), "'ngram' has no tree mode", "suffix")
+    r = assistd("replay", DATA / "chat.jsonl", "--nodes", 0)
+    assert r.returncode == 2 and "--nodes" in r.stderr and "Traceback" not in r.stderr
