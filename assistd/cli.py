@@ -511,6 +511,9 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         raise click.BadParameter(
             f"{language!r} is not a language id; use an LSP id such as python, markdown,"
             " json (letters, digits and _ . + # -, at most 64)", param_hint="'--language'")
+    if backend != "openai" and target_url:  # would silently go unused
+        raise click.BadParameter(f"needs --backend openai (the backend is {backend})",
+                                 param_hint="'--target-url'")
     text, prompt_text, default_repo = read_prompt(file_, line, column)
     source = click.get_current_context().get_parameter_source("proposer")
     if draft_model is not None and source is click.core.ParameterSource.DEFAULT:

@@ -122,7 +122,16 @@ def build(sdist: Path | None = None, log: Callable[[str], None] | None = None) -
     archive = _download(base / "sdist", sdist)
     say("extracting csrc/suffix_decoding")
     shutil.rmtree(base / "src", ignore_errors=True)
-    src = _extract(archive, base / "src")
+    try:
+        src = _extract(archive, base / "src")
+    except PeerBuildError as e:
+        # A bad archive (a wrong --sdist, a broken download) must not be reused by the
+        # next build: drop it, so that a plain `assistd peers build arctic` downloads again.
+        archive.unlink(missing_ok=True)
+        if sdist is None:
+            raise
+        raise PeerBuildError(f"{e} (from --sdist {sdist}: not Arctic Inference {VERSION}'s"
+                             " sdist)", e.step) from None
     try:
         import nanobind  # noqa: F401  (its CMake files: `python -m nanobind --cmake_dir`)
     except ImportError:

@@ -182,6 +182,9 @@ def _validate(c: Config) -> Config:
         from assistd.targets.remote import base_url
 
         base_url(c.target_url)
+    elif c.target_url:  # a URL the user gave would silently go unused
+        raise InputError(f"target_url is set but backend is {c.backend!r}: set backend"
+                         " openai (--backend openai) to use the remote server, or drop the URL")
     if c.numerics not in ("exact", "fast"):
         raise InputError(f"numerics must be exact or fast, not {c.numerics!r}")
     parse_k(c.k)

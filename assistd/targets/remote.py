@@ -590,7 +590,8 @@ class RemoteTarget(Target):
                     " unreachable); is the server running?")
         if isinstance(e, httpx.TimeoutException):
             return (f"the remote Target {self.url} sent nothing for {self.timeout_s:g} s (read"
-                    " timeout); the server may be overloaded: check it, or raise target_timeout_s")
+                    " timeout); the server may be overloaded: check it, or raise"
+                    " --target-timeout-ms (target_timeout_ms)")
         if isinstance(e, httpx.ProxyError):
             return f"the proxy for {self.url} refused the connection: {type(e).__name__}"
         return f"the connection to the remote Target {self.url} broke ({type(e).__name__})"

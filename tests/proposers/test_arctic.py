@@ -293,3 +293,15 @@ def test_real_build_breaks_ties_by_first_occurrence(arctic):
 def test_our_reading_breaks_ties_as_the_build(arctic, tree):
     ours, real = _pair(tree, TIE)
     assert ours.tokens.tolist() == real.tokens.tolist()
+
+
+def test_a_bad_sdist_is_not_kept_for_the_next_build(tmp_path, monkeypatch):
+    """A newcomer passed a .py file as --sdist: the build failed at extract, but the
+    file stayed in the cache as the sdist, and every later plain build reused it."""
+    monkeypatch.setenv("ASSISTD_CACHE_DIR", str(tmp_path / "cache"))
+    bogus = tmp_path / "sample.py"
+    bogus.write_text("print('not an sdist')\n")
+    with pytest.raises(PeerBuildError, match=r"from --sdist .*sample\.py") as e:
+        build(bogus)
+    assert e.value.step == "extract"
+    assert not any((peer_dir() / "sdist").glob("*.tar.gz"))

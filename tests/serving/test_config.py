@@ -46,6 +46,8 @@ def test_missing_default_file_is_fine_but_a_named_one_is_not(tmp_path):
     ("log_level = 'loud'", "log_level"),
     ("proposer = 'nope'", "proposer must be one of none"),
     ("k = 99", "k must be 'auto'"),
+    # a newcomer's remote URL went unused without a word on the local backend
+    ("target_url = 'http://127.0.0.1:1'", "target_url is set but backend is 'llama'"),
 ])
 def test_bad_files_name_the_key(tmp_path, text, needle):
     f = tmp_path / "c.toml"

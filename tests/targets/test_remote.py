@@ -494,3 +494,15 @@ def test_a_refused_key_is_said_and_never_taken_for_a_missing_tokenizer(fault, tm
         assert rt.target.status()["tokenizer"] == "unknown yet"
     finally:
         rt.close()
+
+
+def test_target_url_without_backend_openai_is_refused(tmp_path):
+    """A newcomer's --target-url on the default backend was silently ignored (the
+    completion ran on the local model): now a usage error, before any model loads."""
+    f = tmp_path / "a.py"
+    f.write_text("def f():\n")
+    r = subprocess.run([sys.executable, "-m", "assistd", "complete", "--file", str(f),
+                        "--target-url", "http://127.0.0.1:1", "--db", str(tmp_path / "h.db")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--target-url" in r.stderr and "--backend openai" in r.stderr
+    assert "Traceback" not in r.stderr
