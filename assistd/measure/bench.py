@@ -613,10 +613,15 @@ SLOW_T1_MS = 100.0  # a one-token forward of a model this tool embeds takes ~11 
 def drift_warnings(report: dict) -> list[str]:
     """Signs that the machine's speed changed under the run, so its ratios are not to be
     trusted: an arm that drafted nothing (the same work as plain) running more than
-    ``DRIFT`` times faster or slower than plain, or a calibrated t(1) over
-    ``SLOW_T1_MS`` (another process holding the cores)."""
+    ``DRIFT`` times faster or slower than plain, a calibration that found the machine
+    busy, or a calibrated t(1) over ``SLOW_T1_MS`` (another process holding the cores)."""
     out = []
     t1 = (report.get("cost_model") or {}).get("points", {}).get("1")
+    note = (report.get("cost_model") or {}).get("note", "")
+    if note.startswith("busy machine"):  # the calibration itself saw the cores taken
+        out.append(f"calibration: {note}; rounds of several tokens may cost many plain "
+                   "steps, so the speedups are not this Target's: rerun on idle cores, or "
+                   "with --threads 1")
     if t1 is not None and t1 > SLOW_T1_MS:
         out.append(f"calibration measured t(1) = {t1:.0f} ms for one token: the machine was "
                    "busy; rerun on idle cores")

@@ -235,6 +235,10 @@ def test_drift_is_warned_about(short_run):
     warnings = drift_warnings(report)
     assert any("drafted nothing" in w and "2.00x" in w for w in warnings)
     assert any("t(1) = 900 ms" in w for w in warnings)
+    # A newcomer's run on a busy machine: suffix at 0.06x plain, the calibration said
+    # "busy machine", and no warning was printed.
+    report["cost_model"]["note"] = "busy machine (t(2) = 230.6 t(1)): reference curve scaled"
+    assert any(w.startswith("calibration: busy machine") for w in drift_warnings(report))
 
 
 def test_torch_backend_runs_transformers_own_prompt_lookup(library):
