@@ -615,7 +615,10 @@ def test_suffix_tree_whose_first_branch_outruns_its_source():
 
     h = HistoryIndex()
     h.put("s", 1, np.array([99, 11, 12, 20, 21], dtype=np.int64), "doc")
-    p = SuffixProposer(h, tree=True, match_prior={"context": 1.5, "history": 0.0})
+    # The chain's floors (depth <= the match, 10% estimates), where it was found; the
+    # tree defaults would grow the branch on past the live context's 22.
+    p = SuffixProposer(h, tree=True, alpha=1.0, min_token_prob=0.1,
+                       match_prior={"context": 1.5, "history": 0.0})
     ctx = np.array([10, 11, 12, 20, 21, 22, 23, 24, 25, 10, 11, 12], dtype=np.int64)
     d = p.propose(ctx, 8, scope="s")
     assert d.tokens.tolist() == [20, 21, 22] and d.source == "history" and d.document == "doc"
