@@ -73,10 +73,11 @@ MATCH_PRIOR = {"context": 1.5, "history": 4.0}
 # Target call 2.64 with the chain defaults, 3.40 with these, 3.44 with alpha 16.
 CHAIN_DEFAULTS = (1.0, 0.1)
 TREE_DEFAULTS = (4.0, 0.001)
-# Under a cost model, a tree is drafted only when its expected rate beats its likeliest
-# branch's by this factor. `assistd bench --tree both` on this CPU without it: trees at
-# 0.987x chains on `agent` and 0.96x on `edit` (90 tree rounds: the siblings were
-# accepted less often than their count ratios said).
+# Under a cost model, a tree proposer drafts a tree only when its expected rate beats
+# both its likeliest branch's and the chain proposer's own draft's by this factor, and
+# that branch only when it beats the chain draft by it. `assistd bench --tree both` on
+# this CPU without a margin: trees at 0.987x chains on `agent` and 0.96x on `edit` (90
+# tree rounds: the siblings were accepted less often than their count ratios said).
 TREE_MARGIN = 1.05
 
 
@@ -125,6 +126,8 @@ class SuffixProposer(Proposer):
         if max_nodes < 1 or (max_leaves is not None and max_leaves < 1):
             raise ValueError("need max_nodes >= 1 and max_leaves >= 1 (or None)")
         self.tree = tree and max_leaves != 1
+        # The chain a tree must beat is the chain proposer's own draft, at its floors.
+        self._chain_floors = CHAIN_DEFAULTS if self.tree else (alpha, min_token_prob)
         self.max_nodes, self.max_leaves = max_nodes, max_leaves
         self.history, self.max_depth, self.alpha = history, max_depth, alpha
         self.min_token_prob, self.prior, self.cost = min_token_prob, prior, cost
@@ -132,40 +135,46 @@ class SuffixProposer(Proposer):
         self.match_prior = {**MATCH_PRIOR, **(match_prior if match_prior is not None else {})}
         self._width = max(MAX_DEPTH, max_nodes) if self.tree else MAX_DEPTH
         self._by_bucket: dict[int, tuple[list[float] | None, dict[str, int]]] = {}
-        self._round_ms, self._min_len = self._costs(None)
+        self._round_ms, self._min_len, self._chain_min_len = self._costs(None)
 
-    def _costs(self, context: int | None) -> tuple[list[float] | None, dict[str, int]]:
+    def _costs(self, context: int | None):
         """Round costs ``[L] -> ms`` after ``context`` tokens (t(n, context), cached per
         context bucket at the bucket's lower bound) and, per source, the shortest match
-        whose best imaginable continuation (every count ratio 1) could pay there:
-        shorter matches are not even read."""
+        whose best imaginable continuation (every count ratio 1) could pay there, at
+        this proposer's alpha and at the chain floors' (shorter matches are not even
+        read)."""
         key = -1 if context is None else context_bucket(context)
         if key not in self._by_bucket:
             at = None if context is None else max(key, REFERENCE_CONTEXT)
             self._round_ms = (self.cost.table(self._width, context=at).tolist()
                               if self.cost is not None else None)
-            self._by_bucket[key] = (self._round_ms, {
-                src: self._shortest_paying(c) for src, c in self.match_prior.items()})
+            chain_alpha = self._chain_floors[0]
+            self._by_bucket[key] = (
+                self._round_ms,
+                {src: self._shortest_paying(c, self.alpha) for src, c in self.match_prior.items()},
+                {src: self._shortest_paying(c, chain_alpha) for src, c in self.match_prior.items()})
         return self._by_bucket[key]
 
-    def _shortest_paying(self, c: float) -> int:
+    def _shortest_paying(self, c: float, alpha: float) -> int:
         if self._round_ms is None:
             return self.min_match
         for m in range(self.min_match, self.max_depth + 1):
-            n = min(MAX_DEPTH, math.floor(self.alpha * m + 1e-6))
+            n = min(MAX_DEPTH, math.floor(alpha * m + 1e-6))
             upper = [(m + j) / (m + j + c) for j in range(n)]
             if n and best_length(upper, self._round_ms) > 0:
                 return m
         return self.max_depth + 1
 
     def _path(self, occ: Occurrences, k: int, source: str):
-        """``(tokens, probs, score)`` of the most frequent continuation, or None."""
-        if occ.match_len < self.min_match or not len(occ.cont):
+        """``(tokens, probs, score)`` of the most frequent continuation at the chain
+        floors, or None."""
+        alpha, floor = self._chain_floors
+        if occ.match_len < max(self.min_match, self._chain_min_len[source]) or not len(occ.cont):
             return None
-        cap = min(k, math.floor(self.alpha * occ.match_len + 1e-6))
+        cap = min(k, math.floor(alpha * occ.match_len + 1e-6))
         if cap < 1:
             return None
-        tokens, probs = frequent_path(occ.cont, cap, self.min_token_prob, self.prior)
+        tokens, probs = frequent_path(occ.cont, cap, floor, self.prior)
         if not len(tokens):
             return None
         c = self.match_prior[source]
@@ -175,7 +184,7 @@ class SuffixProposer(Proposer):
         score, cum, n = 0.0, 1.0, 0
         for p in probs.tolist():
             cum *= p
-            if cum < self.min_token_prob:
+            if cum < floor:
                 break
             score += cum
             n += 1
@@ -201,11 +210,16 @@ class SuffixProposer(Proposer):
             return None
         context = np.asarray(context, dtype=np.int64)
         # The forward will follow len(context) - 1 cached tokens: price rounds there.
-        self._round_ms, self._min_len = self._costs(len(context) - 1)
+        self._round_ms, self._min_len, self._chain_min_len = self._costs(len(context) - 1)
         depth = min(k, MAX_DEPTH)
         found = self._occurrences(context, depth, scope)
         if self.tree:
             return self._propose_tree(found, k)
+        return self._chain(found, k)
+
+    def _chain(self, found, k: int) -> Draft | None:
+        """The chain draft: each source's most frequent continuation at the chain
+        floors, the better score of the two, cut by the cost model."""
         best, source, occ = None, "", None
         if self.use_context:
             source, occ = found[0]
@@ -270,22 +284,31 @@ class SuffixProposer(Proposer):
             taken.add(branch)
             chosen.append((branch, cum, source))
         if self._round_ms is not None:
+            # Three candidates: the chain proposer's own draft (the default), the
+            # tree's likeliest branch alone (deeper: the tree's floors) and the tree,
+            # each cut by the cost model. One that differs from the chain must beat
+            # what it replaces by TREE_MARGIN: the siblings' and the deep nodes'
+            # estimates err high (measured below). So where no tree pays, a tree
+            # proposer drafts exactly what the chain proposer would.
             ms = self._round_ms
-            n = best_size([c for _, c, _ in chosen], ms)
-            if n == 0:
-                return None
-            # The likeliest branch alone, cut the same way: a tree must beat it by
-            # TREE_MARGIN, since siblings' estimates err high (measured below).
+            chain = self._chain(found, k)
+            cum = [] if chain is None else np.cumprod(chain.probs).tolist()
             branch, kids = [], {}
             for item in chosen:
                 kids.setdefault(item[0][:-1], item)  # the first (likeliest) child only
             while (nxt := kids.get(branch[-1][0] if branch else ())) is not None:
                 branch.append(nxt)
+            n = best_size([c for _, c, _ in chosen], ms)
             m = best_size([c for _, c, _ in branch], ms)
             rate = lambda xs, k: (1 + sum(c for _, c, _ in xs[:k])) / ms[k]  # noqa: E731
-            chosen = chosen[:n] if rate(chosen, n) >= TREE_MARGIN * rate(branch, m) else branch[:m]
-            if not chosen:
-                return None
+            r_chain = (1 + sum(cum)) / ms[len(cum)]
+            r_branch, r_tree = rate(branch, m), rate(chosen, n)
+            if n and r_tree >= TREE_MARGIN * max(r_chain, r_branch):
+                chosen = chosen[:n]
+            elif m and r_branch >= TREE_MARGIN * r_chain:
+                chosen = branch[:m]
+            else:
+                return chain
         return _tree_draft(chosen, occs)
 
 

@@ -14,7 +14,7 @@ from assistd.targets.base import TokenTree
 from proposers.base import Draft
 from proposers.index import SEP, HistoryIndex
 from proposers.match import frequent_tree
-from proposers.suffix import SuffixProposer, best_size
+from proposers.suffix import TREE_MARGIN, SuffixProposer, best_size
 
 A = np.array
 RAW = {"context": 0.0, "history": 0.0}
@@ -105,6 +105,34 @@ def test_the_cost_model_sizes_the_tree():
         c = SuffixProposer(h, **kw).propose(ctx, 8, scope="s")
         value = lambda d: (1 + d.score) / table[len(d.tokens)] if d else 1 / table[0]  # noqa: E731
         assert value(t) >= value(c) - 1e-12
+
+
+def test_a_tree_proposer_drafts_the_chain_unless_something_else_pays_by_the_margin():
+    """Under a cost model a tree proposer returns the chain proposer's own draft (same
+    tokens, same estimates) unless its tree or its deeper likeliest branch beats that
+    draft's modeled rate by TREE_MARGIN: where no tree pays, trees cost no acceptance."""
+    cost = CostModel.brief()
+    table = cost.table(64)
+    rate = lambda d: (1 + d.score) / table[len(d.tokens)] if d else 1 / table[0]  # noqa: E731
+    rng = random.Random(11)
+    same = other = 0
+    for _ in range(60):  # code-like histories: 2-3 phrases in random order, a few typos
+        phrases = [[rng.randrange(30) for _ in range(6)] for _ in range(rng.choice((2, 3)))]
+        docs = [[t if rng.random() > 0.03 else rng.randrange(30)
+                 for _ in range(10) for t in rng.choice(phrases)] for _ in range(3)]
+        h = index_of(*docs)
+        ctx = A(rng.choice(phrases) + rng.choice(phrases)[: rng.randrange(1, 7)])
+        kw = dict(use_context=False, match_prior=RAW, cost=cost)
+        t = SuffixProposer(h, tree=True, **kw).propose(ctx, 12, scope="s")
+        c = SuffixProposer(h, **kw).propose(ctx, 12, scope="s")
+        if (t is None) == (c is None) and (c is None or (
+                t.tokens.tolist() == c.tokens.tolist() and t.parents is None
+                and t.probs.tolist() == pytest.approx(c.probs.tolist()))):
+            same += 1
+        else:
+            other += 1
+            assert rate(t) >= TREE_MARGIN * rate(c) - 1e-12
+    assert same and other  # both cases occur on these histories
 
 
 def test_best_size_is_best_length_for_a_chain():
