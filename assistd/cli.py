@@ -621,8 +621,12 @@ def peers_build(name, sdist):
         assistd replay session.jsonl --proposer peer:arctic --proposer peer:arctic-tree
     """
     from assistd.measure.arctic import build
+    from proposers.arctic import built_module, load
 
-    click.echo(f"built: {build(sdist, log=lambda m: click.echo(m, err=True))}")
+    reused = built_module() is not None
+    path = build(sdist, log=lambda m: click.echo(m, err=True))
+    load()  # a module that is there but does not load: InputError, with the fix
+    click.echo(f"{'already built' if reused else 'built'}: {path}")
 
 
 @cli.command()

@@ -23,7 +23,7 @@ import pytest
 from assistd.ground.errors import InputError
 from assistd.measure.arctic import PeerBuildError, build
 from proposers import make_proposer
-from proposers.arctic import MODULE_NAME, built_module, peer_dir
+from proposers.arctic import MODULE_DIR, MODULE_NAME, VERSION, built_module, peer_dir
 from proposers.index import HistoryIndex
 
 DATA = Path(__file__).parents[1] / "data" / "replay"
@@ -168,6 +168,21 @@ def test_build_is_reused(arctic):
     first = built_module()
     stamp = first.stat().st_mtime_ns
     assert build() == first and first.stat().st_mtime_ns == stamp
+
+
+def test_peers_build_says_reused_and_refuses_a_module_that_does_not_load(arctic, tmp_path):
+    """A newcomer's broken ``_C*.so`` was reported as "built"; a reused build printed
+    the same line as a fresh one."""
+    cmd = [sys.executable, "-m", "assistd", "peers", "build", "arctic"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("already built: ")
+    broken = tmp_path / "peers" / f"arctic-inference-{VERSION}" / MODULE_DIR
+    broken.mkdir(parents=True)
+    (broken / built_module().name).write_bytes(b"not an ELF file")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "ASSISTD_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "does not load" in r.stderr and "assistd peers build arctic" in r.stderr
 
 
 def test_missing_build_is_a_clear_input_error(tmp_path, monkeypatch):
