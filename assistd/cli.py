@@ -83,29 +83,45 @@ _backend_option = click.option(
 # `complete` (and `serve`) may also send generation to a remote server.
 _complete_backend_option = click.option(
     "--backend", type=click.Choice(["llama", "torch", "openai"]), default="llama",
-    show_default=True,
+    show_default=True, envvar="ASSISTD_BACKEND", show_envvar=True,
     help="Target backend: llama.cpp, torch through transformers (pip install 'assistd[torch]'),"
          " or openai: a remote OpenAI-compatible server (--target-url).",
 )
 
 
-def _remote_options(fn):
-    """--target-url and its companions (backend openai), for `complete` and `serve`."""
+def _remote_options(fn=None, *, env: bool = False):
+    """--target-url and its companions (backend openai), for `complete`, `mcp` and `serve`;
+    ``env``: each also read from its ``ASSISTD_*`` variable (serve's config reads those)."""
+    if fn is None:
+        return lambda f: _remote_options(f, env=env)
+
+    def envvar(name):
+        return {"envvar": f"ASSISTD_{name}", "show_envvar": True} if env else {}
+
     for opt in reversed([
-        click.option("--target-url", default=None, metavar="URL",
+        click.option("--target-url", default=None, metavar="URL", **envvar("TARGET_URL"),
                      help="backend openai: the server's base URL (e.g. http://127.0.0.1:8080);"
                           " --model may then name a GGUF with the server model's tokenizer."),
         click.option("--target-key-file", default=None, metavar="FILE",
-                     help="backend openai: a 0600 file holding the server's API key."
+                     **envvar("TARGET_KEY_FILE"), help="backend openai: a 0600 file holding the server's API key."
                           " [env: ASSISTD_TARGET_KEY]"),
-        click.option("--target-model", default=None, metavar="NAME",
+        click.option("--target-model", default=None, metavar="NAME", **envvar("TARGET_MODEL"),
                      help="backend openai: the model name to ask for. [default: the server's first]"),
         click.option("--target-ca-bundle", default=None, metavar="FILE",
-                     help="backend openai: PEM CA certificates for https (also honoured:"
+                     **envvar("TARGET_CA_BUNDLE"), help="backend openai: PEM CA certificates for https (also honoured:"
                           " SSL_CERT_FILE, REQUESTS_CA_BUNDLE, the proxy variables)."),
         click.option("--target-timeout-ms", type=click.IntRange(1), default=None,
-                     help="backend openai: the longest wait for the server's next chunk, ms."
+                     **envvar("TARGET_TIMEOUT_MS"), help="backend openai: the longest wait for the server's next chunk, ms."
                           " [default: 30000]"),
+        click.option("--target-context", type=click.Choice(["all", "file"]), default=None,
+                     **envvar("TARGET_CONTEXT"),
+                     help="backend openai: what prompts carry to the server besides the"
+                          " document: all (also secret-filtered snippets of other open"
+                          " files) or file (the document only). [default: all]"),
+        click.option("--target-fim", default=None, metavar="auto|none|FAMILY",
+                     **envvar("TARGET_FIM"),
+                     help="backend openai: the FIM layout: auto (the tokenizer's markers),"
+                          " none, or starcoder, qwen, deepseek. [default: auto]"),
     ]):
         fn = opt(fn)
     return fn
@@ -473,7 +489,7 @@ def history_vacuum(db, as_json):
 @_numerics_option
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="CPU threads for the Target. [default: all usable cores]")
-@_remote_options
+@_remote_options(env=True)
 @_db_option
 @click.option("--daemon/--no-daemon", "use_daemon", default=None,
               help="Run on the daemon (`assistd serve`), or in this process. [default: the"
@@ -482,8 +498,8 @@ def history_vacuum(db, as_json):
 def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_speculation, k,
              language, max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
              n_ctx, model, backend, device, dtype, n_gpu_layers, numerics, threads, target_url,
-             target_key_file, target_model, target_ca_bundle, target_timeout_ms, db,
-             use_daemon, as_json):
+             target_key_file, target_model, target_ca_bundle, target_timeout_ms,
+             target_context, target_fim, db, use_daemon, as_json):
     """Complete the text before a cursor with the Target, drafting from the history.
 
     Indexes the repository first (incrementally), so the second run is served
@@ -542,7 +558,9 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
                         "numerics": numerics, "target_url": target_url,
                         "target_key_file": target_key_file, "target_model": target_model,
                         "target_ca_bundle": target_ca_bundle,
-                        "target_timeout_s": (target_timeout_ms or 30_000) / 1000},
+                        "target_timeout_s": (target_timeout_ms or 30_000) / 1000,
+                        "target_context": target_context or "all",
+                        "target_fim": target_fim or "auto"},
     )
     if as_json:
         click.echo(json.dumps(result.as_dict()))
@@ -1081,29 +1099,47 @@ def status(as_json):
               help="Never use the daemon; always run the Target in this process.")
 @_model_option
 @_n_ctx_option
+@_complete_backend_option
+@_remote_options(env=True)
 @_db_option
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the server log here too (stderr always gets warnings and errors).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
-def mcp(no_daemon, model, n_ctx, db, log_file, verbose):
+def mcp(no_daemon, model, n_ctx, backend, target_url, target_key_file, target_model,
+        target_ca_bundle, target_timeout_ms, target_context, target_fim, db, log_file,
+        verbose):
     """Run the MCP server on stdio: tools for coding agents (Claude Code, Codex, ...).
 
     Tools: complete_code (complete at a line/column of a file), continue_text and
     acceptance_stats. Each call uses the daemon (`assistd serve`) when one answers,
-    else loads the Target in this process on first use (--model, --n-ctx and --db
-    apply to that). stdout carries the protocol; logs go to stderr.
+    else loads the Target in this process on first use (--model, --n-ctx, --backend,
+    the --target-* options of a remote server and --db apply to that). stdout carries
+    the protocol; logs go to stderr.
 
     \b
     Examples:
         assistd mcp
         claude mcp add assistd -- assistd mcp
         assistd mcp --no-daemon --db /tmp/history.db
+        assistd mcp --no-daemon --backend openai --target-url http://127.0.0.1:8080
     """
     from assistd.ground.logs import setup_logging
     from assistd.serving.mcp_server import serve_stdio
 
+    if backend != "openai" and target_url:  # would silently go unused
+        raise click.BadParameter(f"needs --backend openai (the backend is {backend})",
+                                 param_hint="'--target-url'")
+    if backend == "openai" and not target_url:
+        raise click.BadParameter("--backend openai needs --target-url URL (the server's base"
+                                 " URL, e.g. http://127.0.0.1:8080)", param_hint="'--target-url'")
     setup_logging(log_file, verbose)
-    serve_stdio(use_daemon=not no_daemon, model=model, db=db, n_ctx=n_ctx)
+    options = {"backend": backend}
+    if backend == "openai":
+        options.update(target_url=target_url, target_key_file=target_key_file,
+                       target_model=target_model, target_ca_bundle=target_ca_bundle,
+                       target_timeout_s=(target_timeout_ms or 30_000) / 1000,
+                       target_fim=target_fim or "auto")  # (target_context: editors only)
+    serve_stdio(use_daemon=not no_daemon, model=model, db=db, n_ctx=n_ctx, target_options=options)
 
 
 class _HostPort(click.ParamType):
@@ -1193,7 +1229,12 @@ def lsp(stdio, tcp, allow_remote, token_file, log_file, verbose, use_daemon):
             else:
                 pipe_lsp_tcp(path, tcp, token, token_path)
             return
-    server = build_server()
+    from editors.settings import environment_settings
+
+    settings, warnings = environment_settings()
+    for w in warnings:
+        logging.getLogger("assistd.lsp").warning("%s", w)
+    server = build_server(settings)
     if tcp is None:
         server.start_io()
         _end_lsp(server)

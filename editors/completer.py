@@ -257,7 +257,10 @@ class Completer:
         started = [time.perf_counter()]
 
         def stage(name: str) -> None:
-            if name == LOADING:
+            if name == LOADING and s.backend == "openai":  # the URL, never the key
+                log.info("loading the model of the remote Target %s (%s, n_ctx %d)", s.target_url,
+                         s.target_model or "(the server's first)", s.n_ctx)
+            elif name == LOADING:
                 log.info("loading the model %s (backend %s, n_ctx %d)",
                          model or "(the embedded default)", s.backend, s.n_ctx)
             else:  # the tuner logs whether it calibrated or read its cache
@@ -267,7 +270,7 @@ class Completer:
                 progress(name)
 
         self.runtime = Runtime.open(model, db=Path(s.db) if s.db else None, n_ctx=s.n_ctx,
-                                    target_options={"backend": s.backend}, progress=stage)
+                                    target_options=s.target_options(), progress=stage)
         log.info("history and tuner ready in %.1f s", time.perf_counter() - started[0])
         self._buffers.clear()
 
@@ -339,7 +342,9 @@ class Completer:
             if fresh and entry[2] == sha:
                 continue
             doc_id = entry[0] if entry else self._new_buffer_id()
-            self.index.put(scope, doc_id, self.target.tokenize(text), name=f"buffer:{path.name}")
+            if not getattr(self.target, "remote", False):  # (nothing drafts on a remote one,
+                # and its tokenizer may be the server's: the buffer would be sent there)
+                self.index.put(scope, doc_id, self.target.tokenize(text), name=f"buffer:{path.name}")
             self._buffers[uri] = (doc_id, scope, sha, time.monotonic())
 
     def _new_buffer_id(self) -> int:
@@ -486,6 +491,10 @@ class Completer:
         scope's other open buffers, at most ``crossFileTokens`` and half the prompt budget;
         [] when off, outside a scope, or when no buffer has a similar chunk."""
         budget = min(self.settings.cross_file_tokens, self._prompt_budget() // 2)
+        t = self.target  # a remote one: "file" (its own or this editor's) keeps them local
+        if getattr(t, "remote", False) and "file" in (self.settings.target_context,
+                                                      getattr(t, "context", "all")):
+            budget = 0
         if scope is None or budget <= 0:
             self.crossfile.drop_pick(req.uri)
             return []

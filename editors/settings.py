@@ -1,5 +1,7 @@
 """Typed settings of the LSP server, read from ``initializationOptions`` and
-``workspace/didChangeConfiguration``.
+``workspace/didChangeConfiguration``, over the defaults the ``ASSISTD_*`` environment
+gives the Target (:func:`environment_settings`: ``ASSISTD_BACKEND``, ``ASSISTD_TARGET_URL``
+and the other remote Target keys, named as in ``assistd serve``'s configuration).
 
 Both carry ``{"assistd": {...}}`` (a flat object is accepted too). A value of the wrong
 type or out of range falls back to its default and yields a warning the server shows
@@ -8,6 +10,7 @@ with ``window/showMessage``: a typo in an editor's settings never stops completi
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -15,7 +18,7 @@ from assistd.ground.errors import InputError
 from assistd.ground.options import K_LIMIT, parse_k
 from assistd.ground.paths import user_path
 from assistd.targets.open import BACKENDS
-
+from assistd.targets.remote import base_url
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,23 @@ class Settings:
     """Server settings (LSP camelCase keys in brackets).
 
     model:             GGUF path of the Target; None = the embedded default (``model``).
-    backend:           "llama" or "torch" (``backend``).
+    backend:           "llama", "torch" or "openai": a remote OpenAI-compatible server, which
+                       then needs ``target_url`` (``backend``).
+    target_url:        backend openai: the server's base URL, e.g. http://127.0.0.1:8080
+                       (``targetUrl``); ``model`` may then name a GGUF with the server
+                       model's tokenizer.
+    target_model:      backend openai: the model name sent; None = the server's first
+                       (``targetModel``).
+    target_key_file:   backend openai: a 0600 file holding the server's API key; None = the
+                       key in ``$ASSISTD_TARGET_KEY``, if any (``targetKeyFile``). The key
+                       itself is never a setting, so never logged with them.
+    target_ca_bundle:  backend openai: PEM CA certificates for https (``targetCaBundle``).
+    target_timeout_ms: backend openai: the longest wait for the server's next chunk, ms
+                       (``targetTimeoutMs``).
+    target_context:    with a remote Target (this one or the daemon's): "all" (prompts also
+                       carry secret-filtered cross-file snippets) or "file" (only the
+                       document's own text leaves the machine) (``targetContext``); the
+                       stricter of this and the Target's ``target_context`` applies.
     n_ctx:             context window, tokens (``nCtx``).
     proposer:          "suffix", "ngram" or "none" (plain decoding) (``proposer``).
     k:                 draft ceiling in tokens, or "auto" (the tuner, per language) (``k``).
@@ -46,6 +65,12 @@ class Settings:
 
     model: str | None = None
     backend: str = "llama"
+    target_url: str | None = None
+    target_model: str | None = None
+    target_key_file: str | None = None
+    target_ca_bundle: str | None = None
+    target_timeout_ms: int = 30_000
+    target_context: str = "all"
     n_ctx: int = 2048
     proposer: str = "suffix"
     k: int | str = "auto"
@@ -61,7 +86,19 @@ class Settings:
 
     def engine_key(self) -> tuple:
         """The settings whose change needs a new Target or store."""
-        return (self.model, self.backend, self.n_ctx, self.db)
+        return (self.model, self.backend, self.n_ctx, self.db, self.target_url,
+                self.target_model, self.target_key_file, self.target_ca_bundle,
+                self.target_timeout_ms)
+
+    def target_options(self) -> dict:
+        """The keyword arguments of :func:`assistd.targets.open.open_target` but ``model``
+        and ``n_ctx`` (the remote ones only for backend openai)."""
+        if self.backend != "openai":
+            return {"backend": self.backend}
+        return {"backend": "openai", "target_url": self.target_url,
+                "target_model": self.target_model, "target_key_file": self.target_key_file,
+                "target_ca_bundle": self.target_ca_bundle,
+                "target_timeout_s": self.target_timeout_ms / 1000}
 
 
 def _camel(name: str) -> str:
@@ -80,7 +117,7 @@ def _check(name: str, value: Any) -> Any:
             raise ValueError(f"an integer from {lo} to {hi}")
         return value
 
-    if name in ("model", "db"):
+    if name in ("model", "db", "target_key_file", "target_ca_bundle"):
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
@@ -92,6 +129,27 @@ def _check(name: str, value: Any) -> Any:
     if name == "backend":
         if value not in BACKENDS:
             raise ValueError(" or ".join(map(repr, BACKENDS)))
+        return value
+    if name == "target_url":
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError("an http(s)://HOST[:PORT] URL or null")
+        try:
+            return base_url(value)
+        except InputError as e:
+            raise ValueError(str(e).replace("--target-url", "the server's URL")) from None
+    if name == "target_model":
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip() or len(value) > 256:
+            raise ValueError("a model name or null")
+        return value
+    if name == "target_timeout_ms":
+        return integer(1, 3_600_000)
+    if name == "target_context":
+        if value not in ("all", "file"):
+            raise ValueError("'all' or 'file'")
         return value
     if name == "proposer":
         from assistd.runtime.runtime import served_proposers  # the one vocabulary
@@ -164,4 +222,39 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
     if changes.get("n_ctx", base.n_ctx) <= changes.get("max_tokens", base.max_tokens) + 1:
         warnings.append("assistd setting maxTokens does not fit nCtx; using the defaults for both")
         changes["n_ctx"], changes["max_tokens"] = Settings.n_ctx, Settings.max_tokens
+    if changes.get("backend", base.backend) == "openai" and not changes.get("target_url", base.target_url):
+        # a local model in its place would answer without a word of the server
+        warnings.append("assistd setting backend 'openai' needs targetUrl (the server's base"
+                        f" URL, e.g. http://127.0.0.1:8080); using backend {Settings.backend!r}")
+        changes["backend"] = Settings.backend
     return replace(base, **changes), warnings
+
+
+# The environment variables of the Target's settings: the names `assistd serve` reads.
+ENVIRONMENT = {f"ASSISTD_{name.upper()}": name for name in (
+    "backend", "target_url", "target_model", "target_key_file", "target_ca_bundle",
+    "target_timeout_ms")}
+
+
+def environment_settings(environ=None) -> tuple[Settings, list[str]]:
+    """The defaults with the Target's ``ASSISTD_*`` variables (:data:`ENVIRONMENT`) over
+    them -> ``(settings, warnings)``: what an in-process ``assistd lsp`` starts from, so
+    that ``ASSISTD_BACKEND=openai ASSISTD_TARGET_URL=...`` serves it as it serves the
+    daemon. An empty variable is unset; a bad one warns and keeps the default. Never raises.
+
+    >>> s, w = environment_settings({"ASSISTD_BACKEND": "openai",
+    ...                              "ASSISTD_TARGET_URL": "http://127.0.0.1:8080/v1"})
+    >>> s.backend, s.target_url, w
+    ('openai', 'http://127.0.0.1:8080', [])
+    """
+    environ = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    for var, name in ENVIRONMENT.items():
+        value = environ.get(var, "").strip()
+        if value:
+            raw[name] = int(value) if name == "target_timeout_ms" and value.isdigit() else value
+    settings, warnings = parse_settings(raw)
+    for var, name in ENVIRONMENT.items():  # name the variable, not a client setting
+        warnings = [w.replace(f"setting {name!r}", f"${var}") for w in warnings]
+    warnings = [w.replace("needs targetUrl", "needs $ASSISTD_TARGET_URL") for w in warnings]
+    return settings, warnings

@@ -1,7 +1,18 @@
-"""Shared fixtures: the real embedded Target, loaded once; a fresh SQLite file per test."""
+"""Shared fixtures: the real embedded Target, loaded once; a fresh SQLite file per test;
+a real llama-cpp-python server for the remote Target.
+
+``pytest --target remote`` (or ``ASSISTD_TEST_TARGET=remote``) runs the front-end tests
+against the remote Target: one real ``llama_cpp.server`` with the embedded model on
+loopback for the session, and every ``assistd`` process the tests start (serve, lsp,
+complete, mcp) finds it through ``ASSISTD_BACKEND=openai`` and ``ASSISTD_TARGET_URL``.
+In that mode a test marked ``local_target(reason)`` (it asserts local draft verification)
+is skipped with its reason, and a test that loads a local Target in this process (the
+``target`` fixtures) is deselected: it would only run again what the local run runs.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -10,11 +21,112 @@ import pytest
 from assistd.targets.open import default_model_path
 from assistd.targets.llama import LlamaTarget
 from storage.store import HistoryStore
+from tests.daemon_helpers import free_port
+from tests.remote_helpers import start_llama_server, stop_llama_server
 
 REPO = Path(__file__).resolve().parents[1]
 # Real agent transcripts, read in place from ../shared, never copied here.
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"real transcripts not present at {FIXTURES}")  # noqa: E501
+# Fixtures that load a local Target in the test's own process: out of the remote mode.
+IN_PROCESS_TARGETS = {"target", "gemma_target", "gemma_path"}
+# Front-end modules out of the remote mode too: no assistd process meets a Target there
+# (pure prompt building, settings parsing, config errors, socket limits), so a second
+# run would only repeat the local one.
+REMOTE_OUT_OF_SCOPE = {"editors/test_prompting.py", "editors/test_crossfile.py",
+                       "editors/test_lsp_parts.py", "serving/test_config.py",
+                       "serving/test_lsp_socket_limits.py"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--target", choices=("local", "remote"),
+                     default=os.environ.get("ASSISTD_TEST_TARGET") or "local",
+                     help="the Target the assistd processes of the tests use: local (the"
+                          " embedded model in each process) or remote (one real"
+                          " llama_cpp.server on loopback). [env: ASSISTD_TEST_TARGET]")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "local_target(reason): asserts what only a local Target"
+                            " has (draft verification: acceptance, k, proposer stats, local"
+                            " rounds, torch); skipped with --target remote")
+    if config.getoption("--target") not in ("local", "remote"):  # from the environment
+        raise pytest.UsageError(f"--target/ASSISTD_TEST_TARGET must be local or remote, not"
+                                f" {config.getoption('--target')!r}")
+    # for on_remote_target(), which marks evaluated at import time use too
+    os.environ["ASSISTD_TEST_TARGET_ACTIVE"] = config.getoption("--target")
+
+
+def remote_mode(config) -> bool:
+    return config.getoption("--target") == "remote"
+
+
+def on_remote_target() -> bool:
+    """Whether this run is ``--target remote``: for the few assertions that differ only
+    because the server decodes (no rounds, no acceptance, no t(n), ``target=remote``)."""
+    return os.environ.get("ASSISTD_TEST_TARGET_ACTIVE") == "remote"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not remote_mode(config):
+        return
+    kept, left = [], []
+    for item in items:
+        path, tests = Path(str(item.fspath)).resolve(), REPO / "tests"
+        module = path.relative_to(tests).as_posix() if path.is_relative_to(tests) else ""
+        fixtures = set(getattr(item, "fixturenames", ()))  # (a doctest has none)
+        out = module in REMOTE_OUT_OF_SCOPE or IN_PROCESS_TARGETS & fixtures
+        (left if out else kept).append(item)
+        marker = item.get_closest_marker("local_target")
+        if marker is not None:
+            reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+            item.add_marker(pytest.mark.skip(reason=f"local Target only: {reason}"))
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
+def pytest_report_header(config):
+    if remote_mode(config):
+        return ("target: remote (a llama_cpp.server on loopback; tests with an in-process"
+                " local Target, and modules where no assistd process meets a Target, deselected)")
+    return None
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """The base URL of a real llama-cpp-python server with the embedded model on loopback
+    (one for the session; tests/remote_helpers.py)."""
+    proc = start_llama_server(port := free_port(),
+                              tmp_path_factory.mktemp("llama-server") / "server.log")
+    yield f"http://127.0.0.1:{port}"
+    stop_llama_server(proc)
+
+
+@pytest.fixture(scope="session")
+def keyed_llama_server(tmp_path_factory):
+    """Another real llama-cpp-python server, which answers only requests that bear the
+    key ``sk-test-3f9d2c`` (its ``--api_key``)."""
+    proc = start_llama_server(port := free_port(),
+                              tmp_path_factory.mktemp("llama-server") / "keyed.log",
+                              "--api_key", "sk-test-3f9d2c")
+    yield f"http://127.0.0.1:{port}"
+    stop_llama_server(proc)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def remote_target(request):
+    """With --target remote: the session's llama_cpp.server, named to every assistd
+    process the tests start by ``ASSISTD_BACKEND``/``ASSISTD_TARGET_URL``; else None."""
+    if not remote_mode(request.config):
+        yield None
+        return
+    url = request.getfixturevalue("llama_server")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ASSISTD_BACKEND", "openai")
+    mp.setenv("ASSISTD_TARGET_URL", url)
+    yield url
+    mp.undo()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -43,6 +43,10 @@ from storage.ledger_store import LedgerStore
 from storage.store import HistoryStore, default_db_path
 from storage.suggestions import SuggestionStore
 
+# The plan of every generation on a remote Target: the server decodes (its own
+# speculation, or none), so the proposer asked for is not used.
+REMOTE = "remote"
+
 # mark_used is a write: at most once a minute per scope, not on every keystroke.
 MARK_USED_EVERY_S = 60.0
 
@@ -259,10 +263,15 @@ class Runtime:
         whether the proposer may draft from the history index. ``draft_model``: the
         draft's GGUF for ``draft_model``. Raises :class:`InputError` (unknown proposer,
         bad k, missing draft model) and :class:`ModelError` (the draft fails to load).
+        On a remote Target a drafting plan is :data:`REMOTE`: no proposer, ``k`` 0.
         """
         k = parse_k(k)
         if proposer == "none" or k == 0:
             return Plan("none", None, 0, 0, None, language)
+        if self.remote:  # the server decodes: nothing drafts here, whatever was asked
+            if proposer not in available():  # but a name nothing knows is the caller's error
+                check_proposer(proposer)  # (InputError naming the known ones)
+            return Plan(REMOTE, None, 0, 0, None, language)
         options = proposer_options(proposer, self.index if history else None,
                                    self.tuner.cost_model(), self.target)
         if proposer == "draft_model":

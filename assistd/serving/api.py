@@ -262,6 +262,12 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
     async def prompt_ids(prompt: str | list[int]) -> list[int]:
         t = service.target
         if not isinstance(prompt, str):
+            if getattr(t, "remote", False) and not t.local_tokenizer:
+                # ids are the server's, its vocabulary size unknown here: unchecked, an id
+                # past it can crash the server (llama-cpp-python's detokenize does)
+                raise ApiError(400, "a prompt of token ids needs the server model's tokenizer"
+                                    " here: start assistd serve with --model GGUF of that model,"
+                                    " or send the prompt as text", param="prompt")
             check_token_ids(prompt, n_vocab=t.n_vocab)
             return list(prompt)
         text = _valid(prompt)

@@ -64,6 +64,10 @@ class Config:
     target_model: str | None = None  # the "model" sent; None = the server's first
     target_ca_bundle: str | None = None  # PEM CA certificates for https
     target_timeout_ms: int = 30_000  # the longest wait for the server's next chunk
+    # what a prompt carries to the server besides the document: "all" (cross-file
+    # snippets of the other open buffers, secret-filtered) or "file" (the document only)
+    target_context: str = "all"
+    target_fim: str = "auto"  # "auto" (the tokenizer's markers), "none", or a family
     # speculation
     proposer: str = "suffix"
     k: str = "auto"  # "auto" (the tuner) or a number of tokens 0..64
@@ -182,6 +186,13 @@ def _validate(c: Config) -> Config:
         from assistd.targets.remote import base_url
 
         base_url(c.target_url)
+        from assistd.targets.remote import CONTEXT_SETTINGS, FIM_SETTINGS
+
+        if c.target_context not in CONTEXT_SETTINGS:
+            raise InputError(f"target_context must be all or file, not {c.target_context!r}")
+        if c.target_fim not in FIM_SETTINGS:
+            raise InputError(f"target_fim must be one of {', '.join(FIM_SETTINGS)},"
+                             f" not {c.target_fim!r}")
     elif c.target_url:  # a URL the user gave would silently go unused
         raise InputError(f"target_url is set but backend is {c.backend!r}: set backend"
                          " openai (--backend openai) to use the remote server, or drop the URL")

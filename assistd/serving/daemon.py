@@ -321,7 +321,8 @@ class WatcherThread:
 
     def stop(self, timeout: float = 30) -> None:
         self.stop_event.set()
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # (never started: off)
+            self._thread.join(timeout)
 
     def status(self) -> dict:
         retry = self.retry_at
@@ -448,7 +449,14 @@ def serve(config: Config, *, lsp_host=None) -> None:
         service.editors.start()
     watcher = WatcherThread(config, service.target.tokenize, service.target.fingerprint)
     service.watcher = watcher
-    watcher.start()
+    if getattr(service.target, "local_tokenizer", True):
+        watcher.start()
+    else:  # a remote Target tokenizing on its server: the history would be sent there,
+        # to no use (nothing drafts against a remote Target)
+        watcher.state = "off"
+        watcher.error = ("the remote Target's tokenizer is its server's: pass --model"
+                         " GGUF (the server model's) to keep the history up to date here")
+        log.info("history watcher off: %s", watcher.error)
     app = build_app(service, token)
     guard = ConnectionGuard(config.header_timeout_ms / 1000,
                             raise_fd_limit(config.max_connections, len(sockets),

@@ -140,11 +140,15 @@ class InProcessEngine:
     Every method runs on one engine thread (``run``): the SQLite connection and the
     Target are used from the thread that opened them, one job at a time.
     ``model``: a GGUF file (None = the embedded default); ``db``: the history file
-    (None = ``$ASSISTD_DB``, else the user data dir); ``n_ctx`` in tokens.
+    (None = ``$ASSISTD_DB``, else the user data dir); ``n_ctx`` in tokens;
+    ``target_options``: :func:`assistd.targets.open.open_target`'s backend and remote
+    server options (``{"backend": "openai", "target_url": ...}``; None = llama).
     """
 
-    def __init__(self, model: Path | None = None, db: Path | None = None, n_ctx: int = 2048):
+    def __init__(self, model: Path | None = None, db: Path | None = None, n_ctx: int = 2048,
+                 target_options: dict | None = None):
         self.model, self.db, self.n_ctx = model, db, n_ctx
+        self.target_options = dict(target_options or {})
         self.store = None  # opened alone for stats: reports need no Target
         self.runtime = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assistd-mcp-engine")
@@ -166,8 +170,11 @@ class InProcessEngine:
         if self.runtime is None:
             from assistd.runtime.runtime import Runtime
 
-            log.info("loading the Target (in-process; no daemon answers)")
-            self.runtime = Runtime.open(self.model, n_ctx=self.n_ctx, store=self._open_store())
+            url = self.target_options.get("target_url")  # the URL, never the key
+            log.info("loading the Target (in-process; no daemon answers)%s",
+                     f": the remote server {url}" if url else "")
+            self.runtime = Runtime.open(self.model, n_ctx=self.n_ctx, store=self._open_store(),
+                                        target_options=self.target_options)
         return self.runtime
 
     def complete(self, body: dict) -> dict:
@@ -416,13 +423,14 @@ def build_server(assistant: Assistant):
 
 
 def serve_stdio(*, use_daemon: bool = True, model: Path | None = None, db: Path | None = None,
-                n_ctx: int = 2048) -> None:
+                n_ctx: int = 2048, target_options: dict | None = None) -> None:
     """Run the MCP server on stdin/stdout until the client closes stdin.
 
     ``use_daemon``: look for the daemon on every call; ``model``, ``db``, ``n_ctx``
-    (tokens): the in-process Target and history when no daemon answers.
+    (tokens), ``target_options`` (backend and remote server, see :class:`InProcessEngine`):
+    the in-process Target and history when no daemon answers.
     """
-    engine = InProcessEngine(model=model, db=db, n_ctx=n_ctx)
+    engine = InProcessEngine(model=model, db=db, n_ctx=n_ctx, target_options=target_options)
     server = build_server(Assistant(engine, use_daemon=use_daemon))
     try:
         server.run("stdio")

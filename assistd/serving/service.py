@@ -133,7 +133,8 @@ class Service:
                             "target_key_file": c.target_key_file,
                             "target_model": c.target_model,
                             "target_ca_bundle": c.target_ca_bundle,
-                            "target_timeout_s": c.target_timeout_ms / 1000},
+                            "target_timeout_s": c.target_timeout_ms / 1000,
+                            "target_context": c.target_context, "target_fim": c.target_fim},
             max_bytes=c.max_bytes)
         self.model_id = c.model_name or (  # a remote one's path is its URL
             (c.target_model or "remote") if c.backend == "openai" else Path(self.target.model_path).stem)

@@ -19,10 +19,15 @@ Tokenization, for prompt budgets and the history's token space, in this order:
 
 Network rules: the key (a 0600 file, or ``$ASSISTD_TARGET_KEY``) goes only to the
 configured URL (redirects are never followed) and never into a log, message or repr;
-``http://`` to a host other than loopback warns once; the proxy and CA variables are
-honoured (httpx ``trust_env``; ``REQUESTS_CA_BUNDLE`` too), and a CA bundle may be given.
+``http://`` to a host other than this machine (loopback, or the unspecified 0.0.0.0)
+warns once; the proxy and CA variables are honoured (httpx ``trust_env``;
+``REQUESTS_CA_BUNDLE`` too), and a CA bundle may be given. What a prompt carries: the
+document's text, and with ``context="all"`` cross-file snippets of the scope's other
+open buffers, which have passed the history's secret filter (editors/crossfile.py);
+nothing from the history itself (a remote Target does not draft, so no scope is read).
 
-Retry policy: a connection refused or timed out while connecting, and HTTP 429 or 503,
+Retry policy: a connection refused or timed out while connecting (not a failed TLS
+handshake: it would fail again), and HTTP 429 or 503,
 are retried at most :data:`RETRIES` times, and only before any text arrived (waiting
 ``Retry-After`` when the server gives one, up to :data:`RETRY_AFTER_MAX_S`); never once
 text has streamed, and never after a read timeout (the server may still be working).
@@ -65,6 +70,20 @@ POLL_S = 0.02  # how often a waiting generation checks cancelled()
 PROBE_EVERY_S = 10.0  # status probes /v1/models at most this often
 
 
+# FIM layouts by model family: the (prefix, suffix, middle) markers, sent in that
+# order (prefix-suffix-middle), as the models' tokenizers spell them.
+FIM_FAMILIES = {
+    # StarCoder(2), SantaCoder, Granite code
+    "starcoder": ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+    "qwen": ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder, CodeGemma
+    "deepseek": ("<\uff5cfim\u2581begin\uff5c>", "<\uff5cfim\u2581hole\uff5c>",
+                 "<\uff5cfim\u2581end\uff5c>"),  # DeepSeek-Coder
+}
+FIM_SETTINGS = ("auto", "none", *FIM_FAMILIES)
+CONTEXT_SETTINGS = ("all", "file")  # what a prompt may carry to the server, see RemoteTarget
+_UNDECIDED = object()
+
+
 class RemoteTargetError(ModelError):
     """The remote Target could not answer: down, slow, refusing, failing. The message
     names the server's URL (never the key) and what to check."""
@@ -96,14 +115,17 @@ def read_key(path: Path | str | None, environ=None) -> str | None:
     return key
 
 
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+def is_this_machine(host: str) -> bool:
+    """``localhost``, a loopback address (127.0.0.0/8, ::1), or the unspecified address
+    (0.0.0.0, ::): a bind address, which a client connecting to it reaches on this
+    machine (Linux and macOS connect it to loopback), so nothing crosses the network."""
     if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
         return False
+    return ip.is_loopback or ip.is_unspecified
 
 
 def base_url(url: str) -> str:
@@ -168,8 +190,13 @@ class RemoteLedger(Ledger):
     retries: int = 0
 
     def as_dict(self) -> dict:
-        return {**super().as_dict(), "target": "remote", "server_usage": self.server_usage,
-                "retries": self.retries}
+        # The server's usage, or None where it sent none (llama-cpp-python's stream):
+        # committed_tokens then counts the streamed chunks, and "tokens_from" says so.
+        return {**super().as_dict(), "target": "remote",
+                "decoded_by": "the server (no local draft verification)",
+                "server_usage": self.server_usage or None,
+                "tokens_from": "server usage" if self.server_usage.get("completion_tokens")
+                else "streamed chunks", "retries": self.retries}
 
     def summary(self) -> str:
         return (f"target=remote tokens={self.committed_tokens} prompt={self.prompt_tokens}"
@@ -192,10 +219,19 @@ class _LlamaVocab:
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         llama_cpp.llama_backend_init()
-        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        # llama-cpp-python's log callback prints llama.cpp's errors to stderr: the
+        # user gets the one line below instead (as LlamaTarget's verbose=False does)
+        quiet = logging.getLogger("llama-cpp-python")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL + 1)
+        try:
+            self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        finally:
+            quiet.setLevel(level)
         if not self._model:
-            raise ModelError(f"cannot read the vocabulary of {path}; pass the GGUF of the"
-                             " server's model, or no --model (the server's tokenizer is used)")
+            raise ModelError(f"failed to load model {path}: cannot read its vocabulary; pass"
+                             " the GGUF of the server's model, or no --model (the server's"
+                             " tokenizer is used)")
         self._lib, self._pieces = llama_cpp, {}
         self._vocab = vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
@@ -250,9 +286,14 @@ class RemoteTarget(Target):
     ``tokenizer``: a GGUF whose vocabulary is the server model's (see the module), or
     None. ``n_ctx``: the server's context window, in its tokens (assistd cannot always
     ask). ``timeout_s``: the longest wait for the next streamed chunk (seconds).
-    ``ca_bundle``: a PEM file of CA certificates. Raises :class:`InputError` for a
-    bad URL or CA bundle; a server that is down is not an error here (status says so,
-    and each generation tries again).
+    ``ca_bundle``: a PEM file of CA certificates. ``context``: what a prompt may
+    carry besides the document being completed: "all" (cross-file snippets of the
+    scope's other open buffers, after the secret filter) or "file" (the document's own
+    text only; :attr:`context` is read by the editor completer). ``fim``: the FIM
+    layout: "auto" (see :meth:`fim_tokens`), "none", or a family of
+    :data:`FIM_FAMILIES`. Raises :class:`InputError` for a bad URL, CA bundle,
+    ``context`` or ``fim``; a server that is down is not an error here (status says
+    so, and each generation tries again).
     """
 
     backend = "openai"
@@ -265,28 +306,37 @@ class RemoteTarget(Target):
     def __init__(self, url: str, *, key: str | None = None, model_name: str | None = None,
                  tokenizer: Path | str | None = None, n_ctx: int = 2048,
                  timeout_s: float = 30.0, ca_bundle: Path | str | None = None,
-                 environ=None):
+                 context: str = "all", fim: str = "auto", environ=None):
         super().__init__()
         environ = os.environ if environ is None else environ
         self.url = base_url(url)
+        if context not in CONTEXT_SETTINGS:
+            raise InputError(f"target_context must be all or file, not {context!r}")
+        if fim not in FIM_SETTINGS:
+            raise InputError(f"target_fim must be one of {', '.join(FIM_SETTINGS)}, not {fim!r}")
+        self.context, self.fim = context, fim
         verify = _ssl_context(ca_bundle, environ)  # bad input fails before anything opens
         self.model_path = self.url
         self.model_name = model_name
         self.n_ctx = int(n_ctx)
         self.timeout_s = float(timeout_s)
         host = urlsplit(self.url).hostname or ""
-        if self.url.startswith("http://") and not is_loopback(host) and host not in _warned_plain:
+        plain = self.url.startswith("http://") and not is_this_machine(host)
+        if plain and host not in _warned_plain:
             _warned_plain.add(host)
-            log.warning("the remote Target %s is plain http:// on another host: prompts (and the key)"
-                        " cross the network unencrypted; use https://", self.url)
+            log.warning("warning: the remote Target %s is plain http:// on another host: prompts"
+                        " (and the key) cross the network unencrypted; use https://", self.url)
         self._tokenizer_path = Path(tokenizer).expanduser() if tokenizer else None
         self._vocab = _LlamaVocab(self._tokenizer_path) if tokenizer else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._keyed = bool(key)
         self._http = httpx.Client(
             base_url=self.url, headers=headers, follow_redirects=False, trust_env=True,
             verify=verify,
             timeout=httpx.Timeout(self.timeout_s, connect=min(CONNECT_TIMEOUT_S, self.timeout_s)))
         self._mode = "model" if self._vocab else None  # "model" | "server" | "chars"
+        self._fim = _UNDECIDED  # (prefix, suffix, middle) ids or None, once decided
+        self._fim_text: dict[int, str] = {}  # assistd's own marker ids -> their text
         self._tok_path = None  # the server's tokenize endpoint, once found
         v = self._vocab
         self.n_vocab = v.n_vocab if v else 0x110000  # else ids are (at most) code points
@@ -297,9 +347,16 @@ class RemoteTarget(Target):
             [b"assistd remote tokenizer", self.url.encode(), (model_name or "").encode()])
         self.state = {"reachable": None, "model": model_name, "latency_ms": None,
                       "last_error": None, "checked_at": None}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (fim_tokens holds it while the tokenizer is found)
         self._prober: threading.Thread | None = None
         self.probe()
+
+    @property
+    def local_tokenizer(self) -> bool:
+        """Whether tokenizing stays on this machine (a tokenizer GGUF was given): else
+        text to tokenize goes to the server, so the daemon keeps the history's watcher
+        off (:func:`assistd.serving.daemon.serve`) and editors' buffers are not indexed."""
+        return self._vocab is not None
 
     def __repr__(self) -> str:
         return f"RemoteTarget({self.url!r}, model={self.model_name!r}, tokenizer={self._mode!r})"
@@ -438,9 +495,20 @@ class RemoteTarget(Target):
         ids = list(ids)
         if ids and self.add_bos and ids[0] == self.bos_token_id:
             ids = ids[1:]
-        if self._tokenizer() == "model":
-            return self._vocab.text_of(ids)
-        return self.detokenize(ids)
+        render = self._vocab.text_of if self._tokenizer() == "model" else self.detokenize
+        if not self._fim_text or not any(i in self._fim_text for i in ids):
+            return render(ids)
+        out, run = [], []  # FIM markers of assistd's own: spelled out between the runs
+        for i in ids + [None]:
+            if i is None or i in self._fim_text:
+                if run:
+                    out.append(render(run))
+                    run = []
+                if i is not None:
+                    out.append(self._fim_text[i])
+            else:
+                run.append(i)
+        return "".join(out)
 
     def prompt_tokens(self, ids: Sequence[int]) -> int:
         """Server tokens the prompt ``ids`` stands for (characters / 4 in char mode)."""
@@ -454,8 +522,55 @@ class RemoteTarget(Target):
     def special_ids(self) -> frozenset[int]:
         return self._vocab.special_ids() if self._vocab else frozenset()
 
-    def fim_tokens(self):
-        return self._vocab.fim_tokens() if self._vocab else None
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        """The FIM ids ``(prefix, suffix, middle)``, or None (prefix-only prompts).
+
+        ``fim`` "none": None. A family: ids of assistd's own above the vocabulary, which
+        :meth:`prompt_text` spells as the family's markers. "auto": the tokenizer GGUF's
+        declared FIM tokens when ``--model`` names one; else the server's tokenizer: the
+        first family whose three markers it tokenizes as one token each (llama.cpp's
+        ``/tokenize`` and llama-cpp-python's ``/extras/tokenize`` parse special tokens;
+        ``/props`` and ``/v1/models`` say nothing of FIM); else None, said once in the
+        log. Decided on first use; while the server cannot be asked, None for now."""
+        if self._fim is _UNDECIDED:
+            with self._lock:
+                if self._fim is _UNDECIDED:
+                    self._fim = self._find_fim()
+        return None if self._fim is _UNDECIDED else self._fim
+
+    def _markers(self, family: str) -> tuple[int, int, int]:
+        base = self.n_vocab  # above every id a tokenizer gives (code points in char mode)
+        self._fim_text = {base + i: m for i, m in enumerate(FIM_FAMILIES[family])}
+        return (base, base + 1, base + 2)
+
+    def _find_fim(self):
+        if self.fim == "none":
+            return None
+        if self.fim != "auto":
+            log.info("remote Target %s: FIM layout %s (configured)", self.url, self.fim)
+            return self._markers(self.fim)
+        if self._vocab is not None:
+            ids = self._vocab.fim_tokens()
+            if ids is None:
+                log.info("remote Target %s: the tokenizer GGUF declares no FIM tokens: prompts"
+                         " are prefix-only (set target_fim to a family if the model has FIM)",
+                         self.url)
+            return ids
+        try:
+            mode = self._tokenizer()
+            if mode == "server":
+                for family, markers in FIM_FAMILIES.items():
+                    if all(len(self.tokenize(m)) == 1 for m in markers):
+                        log.info("remote Target %s: FIM layout %s (the server's tokenizer has"
+                                 " its markers)", self.url, family)
+                        return self._markers(family)
+        except RemoteTargetError:
+            return _UNDECIDED  # asked again on the next request
+        log.info("remote Target %s: %s: prompts are prefix-only (set target_fim to a family"
+                 " if the model has FIM)", self.url,
+                 "its tokenizer knows no FIM markers" if mode == "server"
+                 else "no tokenizer to read FIM markers from")
+        return None
 
     def chat_template(self) -> str | None:
         """The tokenizer GGUF's template (the base class reads ``model_path``: the URL)."""
@@ -554,8 +669,8 @@ class RemoteTarget(Target):
                         _, retryable, wait, message, cls = ev
                         if chunks:
                             raise RemoteTargetError(
-                                f"{message}; the connection broke after {chunks} chunks, so the"
-                                " completion was dropped (nothing was stored)")
+                                f"{message}, after {chunks} chunks of text: the completion"
+                                " was dropped (nothing was stored)")
                         if retryable and attempt < RETRIES and (wait or 0) <= RETRY_AFTER_MAX_S:
                             self._failed(message)
                             if not _sleep(wait if wait is not None else BACKOFF_S[attempt], cancelled):
@@ -584,7 +699,16 @@ class RemoteTarget(Target):
     def _transport_message(self, e: Exception) -> str:
         if isinstance(e, httpx.ConnectTimeout):
             return (f"the remote Target {self.url} did not accept a connection within"
-                    f" {min(CONNECT_TIMEOUT_S, self.timeout_s):.0f} s; check the URL and the network")
+                    f" {min(CONNECT_TIMEOUT_S, self.timeout_s):g} s; check the URL and the network")
+        tls = _tls_failure(e) if isinstance(e, httpx.ConnectError) else None
+        if isinstance(tls, ssl.SSLCertVerificationError):
+            return (f"the remote Target {self.url}'s certificate did not verify"
+                    f" ({tls.verify_message or tls.reason}); pass its CA with"
+                    " --target-ca-bundle FILE (target_ca_bundle)")
+        if tls is not None:
+            return (f"the TLS handshake with the remote Target {self.url} failed"
+                    f" ({tls.reason or type(tls).__name__}); the server may speak plain http:"
+                    f" try http://{self.url.split('://', 1)[1]}")
         if isinstance(e, httpx.ConnectError):
             return (f"the remote Target {self.url} does not answer (connection refused or"
                     " unreachable); is the server running?")
@@ -602,6 +726,10 @@ class RemoteTarget(Target):
             return (f"the remote Target {self.url} answered with a redirect (HTTP {code});"
                     " assistd does not follow redirects, so that the key goes only to the"
                     " configured URL: set --target-url to the server's own address")
+        if code in (401, 403) and not self._keyed:
+            return (f"the remote Target {self.url} wants an API key (HTTP {code}) and none was"
+                    " sent: put it in a file only you can read (chmod 600) and pass"
+                    f" --target-key-file FILE (target_key_file), or set ${KEY_ENV}")
         if code in (401, 403):
             return (f"the remote Target {self.url} refused the key (HTTP {code}); check"
                     f" --target-key-file or ${KEY_ENV}")
@@ -619,6 +747,17 @@ class RemoteTarget(Target):
         if self._vocab is not None:
             self._vocab.close()
             self._vocab = None
+
+
+def _tls_failure(e: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind ``e`` (httpx keeps it as the cause or context; its
+    ``reason`` is e.g. ``"WRONG_VERSION_NUMBER"``), or None when there is none."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, ssl.SSLError):
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
 
 
 def _error_detail(body: str) -> str:
@@ -707,7 +846,8 @@ class _Stream:
         except httpx.HTTPError as e:
             if self.stop.is_set():
                 return  # closed by the caller: nobody waits for this
-            retry = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+            retry = (isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                     and _tls_failure(e) is None)
             put(("error", retry, None, t._transport_message(e), RemoteTargetError))
         except Exception as e:  # noqa: BLE001 - reported to the caller, never a traceback
             put(("error", False, None, f"remote Target: {type(e).__name__}: {e}", RemoteTargetError))

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import make_repo
+from tests.conftest import make_repo, on_remote_target
 from tests.daemon_helpers import start_daemon
 
 PATTERN = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    return 3\n\n"
@@ -53,6 +53,8 @@ def sse(lines) -> list[dict]:
 # -- completions and chat over the Unix socket -------------------------------------------
 
 
+@pytest.mark.local_target("the model file's name, the ledger's rounds and accepted tokens,"
+                          " the proposer and k: local draft verification")
 def test_models_health_and_completion_with_ledger(uds, daemon):
     assert uds.get("/healthz").json()["status"] == "ok"
     mid = model_id(uds)
@@ -107,8 +109,9 @@ def test_chat_uses_the_models_template_and_streams(uds):
     body = r.json()
     msg = body["choices"][0]["message"]
     assert msg["role"] == "assistant" and msg["content"].strip()
-    # SmolLM2's ChatML template with its default system prompt: 30+ prompt tokens.
-    assert body["usage"]["prompt_tokens"] > 25
+    # SmolLM2's ChatML template with its default system prompt: 30+ prompt tokens (a
+    # remote Target without the model's GGUF has no template: bare ChatML).
+    assert body["usage"]["prompt_tokens"] > (10 if on_remote_target() else 25)
     with uds.stream("POST", "/v1/chat/completions",
                     json={"model": mid, "messages": msgs, "max_tokens": 20, "temperature": 0,
                           "stream": True, "stream_options": {"include_usage": True}}) as s:
@@ -213,6 +216,10 @@ def test_oversized_body_and_bad_chat(uds):
     assert uds.get("/v1/models/gpt-4").status_code == 404
 
 
+@pytest.mark.xfail(on_remote_target(), strict=True, reason=(
+    "product bug on the remote Target, open: the prompt goes to the server as text, and"
+    " llama-cpp-python tokenizes it with special tokens parsed, so a message's"
+    " '<|im_start|>' is the control token there"))
 def test_message_text_cannot_forge_control_tokens(uds):
     """`<|im_start|>` inside a message is text (several tokens), not the control token:
     a message cannot open a system turn of its own."""
@@ -264,6 +271,8 @@ def test_16_concurrent_clients_get_their_own_answers(daemon, uds):
     assert len(set(expected)) > 8  # distinct answers, so a swap would show
 
 
+@pytest.mark.local_target("preemption between local decoding rounds; a server decodes each"
+                          " request whole, in its own order")
 def test_editor_request_runs_between_the_rounds_of_a_long_generation(daemon, uds):
     """An agent generation of 300 tokens is running; an editor-priority request sent
     after it starts finishes first, and the long generation's output is unchanged.
@@ -326,7 +335,8 @@ def test_complete_and_status_use_the_daemon(daemon, tmp_path):
                        capture_output=True, text=True, timeout=60)
     st = json.loads(r.stdout)
     assert r.returncode == 0 and st["running"] is True and st["model"]
-    assert st["watcher"]["state"] == "watching"
+    # a remote Target with the server's tokenizer: no history to watch (nothing drafts)
+    assert st["watcher"]["state"] == ("off" if on_remote_target() else "watching")
     # --daemon with a Target option is a contradiction, said plainly.
     r = subprocess.run([sys.executable, "-m", "assistd", "complete", "--file", str(f), "--daemon",
                         "--n-ctx", "512"], env=daemon.env(), capture_output=True, text=True,
@@ -398,6 +408,8 @@ def _documents(db) -> list[tuple[str, str]]:
         return c.execute("select scope, path from documents order by scope, path").fetchall()
 
 
+@pytest.mark.local_target("a remote Target with the server's tokenizer ingests no history"
+                          " (nothing drafts against it; its watcher is off)")
 def test_kill_9_while_ingesting_then_restart_loses_and_duplicates_nothing(tmp_path):
     files = {f"pkg/m{i:03d}.py": f"def f{i}(x):\n    return x * {i}\n" * 40 for i in range(400)}
     repo = make_repo(tmp_path / "repo", files)

@@ -5,6 +5,7 @@ while its server is down and serves once it is back."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,12 +15,12 @@ import pytest
 from assistd.targets.open import default_model_path
 from tests.conftest import make_repo
 from tests.daemon_helpers import start_daemon, wait_for
-from tests.targets.test_remote import (PROMPT, FaultServer, llama_server, reset_cache,  # noqa: F401
-                                       server_completion)
+from tests.remote_helpers import PROMPT, reset_cache, server_completion
+from tests.targets.test_remote import FaultServer
 
 
 @pytest.fixture(scope="module")
-def remote_daemon(llama_server, tmp_path_factory):  # noqa: F811 - the imported fixture
+def remote_daemon(llama_server, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("remote-daemon")
     repo = make_repo(tmp / "repo", {"a.py": PROMPT})
     d = start_daemon(tmp, "--backend", "openai", "--target-url", llama_server,
@@ -136,3 +137,78 @@ def test_chat_goes_to_the_server_with_the_models_template(remote_daemon):
         r = c.post("/v1/chat/completions", json={"model": "remote", **chat})
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == own["choices"][0]["message"]["content"]
+
+
+async def test_mcp_in_process_on_the_remote_target(keyed_llama_server, tmp_path):
+    """`assistd mcp --no-daemon --backend openai --target-url ... --target-key-file ...`:
+    the tools run on the server's model with its key; the key is in no log. Without
+    --target-url the command refuses to start, naming what it needs."""
+    from tests.serving.test_mcp import _env, _ok, mcp_session
+
+    key = tmp_path / "key"
+    key.write_text("sk-test-3f9d2c\n")
+    key.chmod(0o600)
+    repo = make_repo(tmp_path / "proj", {"a.py": PROMPT})
+    env = _env(tmp_path, tmp_path / "no-daemon.sock", tmp_path / "history.db")
+    env.pop("ASSISTD_BACKEND", None), env.pop("ASSISTD_TARGET_URL", None)  # the flags say it
+    async with mcp_session(tmp_path, env, "--no-daemon", "-v", "--log-file", str(tmp_path / "mcp.log"),
+                           "--backend", "openai",
+                           "--target-url", keyed_llama_server, "--target-key-file", str(key)) as s:
+        out = _ok(await s.call_tool("complete_code", {"path": str(repo / "a.py"), "line": 2,
+                                                       "column": 5, "max_tokens": 12}), tmp_path)
+    assert out["completion"] and out["daemon"] is False and out["tokens"] > 0
+    log = (tmp_path / "mcp.log").read_text() + (tmp_path / "mcp.stderr").read_text()
+    assert f"the remote server {keyed_llama_server}" in log and "sk-test-3f9d2c" not in log
+    p = subprocess.run([sys.executable, "-m", "assistd", "mcp", "--no-daemon", "--backend", "openai"],
+                       env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "--backend openai needs --target-url" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_token_id_prompts_are_checked_or_refused_never_sent_unchecked(remote_daemon, llama_server,
+                                                                      tmp_path):
+    """An id past the vocabulary crashed llama-cpp-python's server (its detokenize) when
+    the daemon had no tokenizer to check it against: with the model's GGUF the ids are
+    checked, without it a prompt of ids is refused; the server answers on after both."""
+    body = {"model": "remote", "prompt": [999999], "max_tokens": 1}
+    with remote_daemon.uds() as c:
+        r = c.post("/v1/completions", json=body)
+    assert r.status_code == 400 and "token ids must be in 0..49151" in r.text
+    d = start_daemon(tmp_path, "--backend", "openai", "--target-url", llama_server)
+    try:
+        with d.uds() as c:
+            r = c.post("/v1/completions", json=body)
+            assert r.status_code == 400 and "needs the server model's tokenizer" in r.text
+            r = c.post("/v1/completions", json={**body, "prompt": "x"})
+            assert r.status_code == 200, r.text
+    finally:
+        assert d.stop() == 0
+    assert httpx.get(f"{llama_server}/v1/models", timeout=10).status_code == 200
+
+
+def test_a_truncated_tokenizer_gguf_is_one_line_exit_2(llama_server, tmp_path):
+    """llama.cpp's own error lines (printed by llama-cpp-python's log callback) stayed on
+    stderr before assistd's: now the user reads one line naming the file."""
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(default_model_path().read_bytes()[: 2_000_000])
+    src = tmp_path / "a.py"
+    src.write_text(PROMPT)
+    p = subprocess.run([sys.executable, "-m", "assistd", "complete", "--file", str(src),
+                        "--backend", "openai", "--target-url", llama_server, "--model", str(cut),
+                        "--no-daemon"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "ASSISTD_DB": str(tmp_path / "h.db")})
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "failed to load model" in lines[0] and str(cut) in lines[0]
+
+
+def test_an_unknown_proposer_is_refused_on_the_remote_target_too(remote_daemon):
+    """The remote plan ignores the proposer asked for, but a name nothing knows is still
+    the caller's error (it was answered 200 on /v1/assistd/complete)."""
+    with remote_daemon.uds() as c:
+        r = c.post("/v1/assistd/complete", json={"prompt_text": PROMPT, "max_tokens": 2,
+                                                  "proposer": "magic"})
+        assert r.status_code == 400 and "magic" in r.text
+        r = c.post("/v1/assistd/complete", json={"prompt_text": PROMPT, "max_tokens": 2,
+                                                  "proposer": "ngram"})
+        assert r.status_code == 200, r.text

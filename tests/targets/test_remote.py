@@ -21,59 +21,9 @@ from assistd.runtime.runtime import Runtime
 from assistd.targets.open import default_model_path
 from assistd.targets.remote import RemoteTarget, RemoteTargetError, read_key
 from tests.daemon_helpers import free_port
+from tests.remote_helpers import GREEDY, PROMPT, reset_cache, server_completion  # noqa: F401
 
-PROMPT = "def fibonacci(n):\n    "
-# The server's defaults are not greedy decoding (top_k 40, min_p 0.05, repeat 1.1).
-GREEDY = {"temperature": 0.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
-
-
-def start_llama_server(port: int, log: Path) -> subprocess.Popen:
-    """llama-cpp-python's OpenAI-compatible server with the embedded model on loopback;
-    returns once ``/v1/models`` answers (AssertionError with its log if it exits)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()),
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
-        stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"llama_cpp.server exited {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("llama_cpp.server did not answer within 120 s")
-
-
-@pytest.fixture(scope="session")
-def llama_server(tmp_path_factory):
-    """The base URL of a real llama-cpp-python server (one for the session)."""
-    port = free_port()
-    proc = start_llama_server(port, tmp_path_factory.mktemp("llama-server") / "server.log")
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def server_completion(url: str, prompt: str, max_tokens: int) -> str:
-    """What the server itself answers (not streamed), after a request on another prompt,
-    so that both sides start from the same server cache state."""
-    reset_cache(url)
-    r = httpx.post(f"{url}/v1/completions", timeout=120,
-                   json={"prompt": prompt, "max_tokens": max_tokens, **GREEDY})
-    r.raise_for_status()
-    return r.json()["choices"][0]["text"]
-
-
-def reset_cache(url: str) -> None:
-    httpx.post(f"{url}/v1/completions", json={"prompt": "Zebras graze.", "max_tokens": 1},
-               timeout=120).raise_for_status()
+# The server, its fixture (tests/conftest.py) and what it answers: tests/remote_helpers.py.
 
 
 class FaultServer:
@@ -298,6 +248,14 @@ def test_cli_complete_with_backend_openai(llama_server, tmp_path):
     assert out["completion"] == expected and out["target"]["backend"] == "openai"
     assert out["ledger"]["target"] == "remote" and out["target"]["speculation_off"]
     assert out["tuner"] is None  # no speedup estimate: nothing was measured here
+    # It says what a remote run is: no proposer drafted (it said "suffix", k "auto"),
+    # the server decoded, and where the token count came from (this server streams no
+    # usage: it said "server_usage": {}).
+    assert out["proposer"] == "remote" and out["k"] == 0
+    led = out["ledger"]
+    assert led["decoded_by"].startswith("the server") and led["committed_tokens"] == 16
+    assert (led["server_usage"], led["tokens_from"]) in ((None, "streamed chunks"),) or (
+        led["server_usage"]["completion_tokens"] == 16 and led["tokens_from"] == "server usage")
 
 
 # -- faults --------------------------------------------------------------------------------
@@ -334,8 +292,9 @@ def test_faults_give_a_clear_error_and_no_retry_once_it_started(fault, tmp_path,
     rt = remote_runtime(tmp_path, fault.url, target_timeout_s=0.5)
     try:
         seq = rt.store.last_change_seq()
-        with pytest.raises(RemoteTargetError, match=message):
+        with pytest.raises(RemoteTargetError, match=message) as e:
             run(rt, "x")
+        assert str(e.value).count("broke") <= 1  # said once ("the connection broke" was twice)
         assert fault.hits == 1  # not retried: a 500, a broken stream, a read timeout
         assert wait_until(lambda: not stream_threads())
         fault.mode = "ok"
@@ -411,9 +370,12 @@ def test_the_key_file_must_be_private_and_the_key_goes_nowhere_else(fault, tmp_p
 def test_plain_http_to_another_host_warns_once_and_tls_options(caplog, tmp_path):
     caplog.set_level(logging.WARNING, logger="assistd.targets.remote")
     for _ in range(2):  # TEST-NET-1 (RFC 5737): never routed; the probe just fails
-        RemoteTarget("http://192.0.2.7:9/v1", timeout_s=0.2).close()
+        t = RemoteTarget("http://192.0.2.7:9/v1", timeout_s=0.2)
+        t.close()
+        err = t.state["last_error"]  # a connect timeout under 1 s said "within 0 s"
+        assert "within 0.2 s" in err or "does not answer" in err, err
     warnings = [r for r in caplog.records if "unencrypted" in r.getMessage()]
-    assert len(warnings) == 1
+    assert len(warnings) == 1 and warnings[0].getMessage().startswith("warning: ")
     with pytest.raises(InputError, match="CA bundle"):
         RemoteTarget("https://127.0.0.1:9", ca_bundle=tmp_path / "missing.pem")
     with pytest.raises(InputError, match="must be http"):
@@ -485,15 +447,53 @@ def test_the_gguf_vocabulary_is_the_local_targets(target, tmp_path):
 
 def test_a_refused_key_is_said_and_never_taken_for_a_missing_tokenizer(fault, tmp_path):
     """A 401 on the tokenize endpoint is the key's fault, not a server without one: the
-    caller hears it, and the Target does not fall back to counting characters."""
+    caller hears it, and the Target does not fall back to counting characters. Without
+    a key it says none was sent and how to give one (it said "refused the key")."""
     fault.mode = "401"
     rt = remote_runtime(tmp_path, fault.url)
     try:
-        with pytest.raises(RemoteTargetError, match=r"refused the key \(HTTP 401\)"):
+        with pytest.raises(RemoteTargetError, match=r"wants an API key \(HTTP 401\) and none"
+                           r" was sent.*--target-key-file FILE.*ASSISTD_TARGET_KEY"):
             rt.prompt("x", 10)
         assert rt.target.status()["tokenizer"] == "unknown yet"
     finally:
         rt.close()
+    t = RemoteTarget(fault.url, key="wrong-key")
+    try:
+        with pytest.raises(RemoteTargetError, match=r"refused the key \(HTTP 401\)") as e:
+            t.tokenize("x")
+        assert "wrong-key" not in str(e.value)
+    finally:
+        t.close()
+
+
+def test_https_to_a_plain_http_server_says_the_tls_handshake_failed(fault, tmp_path):
+    """It said "connection refused or unreachable", which sent users to check a server
+    that was running; and it is not retried (it would fail the same way)."""
+    t = RemoteTarget(f"https://127.0.0.1:{fault.port}", timeout_s=5)
+    try:
+        st = t.status()
+        assert st["reachable"] is False
+        assert "TLS handshake" in st["last_error"] and "may speak plain http" in st["last_error"]
+        assert f"http://127.0.0.1:{fault.port}" in st["last_error"]
+        before = len(fault.targets)
+        with pytest.raises(RemoteTargetError, match="TLS handshake.*plain http") as e:
+            t.complete([ord("x")], max_tokens=4)
+        assert "retries" not in str(e.value) and len(fault.targets) == before
+    finally:
+        t.close()
+
+
+def test_the_unspecified_address_is_this_machine_not_another_host(fault, caplog):
+    """0.0.0.0 is a bind address; as a target URL a client reaches this machine through
+    it (Linux), so plain http there does not warn as another host's would."""
+    caplog.set_level(logging.WARNING, logger="assistd.targets.remote")
+    t = RemoteTarget(f"http://0.0.0.0:{fault.port}")
+    try:
+        assert t.state["reachable"] is True  # it reached the server bound to 127.0.0.1
+        assert not [r for r in caplog.records if "unencrypted" in r.getMessage()]
+    finally:
+        t.close()
 
 
 def test_target_url_without_backend_openai_is_refused(tmp_path):
@@ -506,3 +506,40 @@ def test_target_url_without_backend_openai_is_refused(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--target-url" in r.stderr and "--backend openai" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_certificate_that_does_not_verify_names_the_ca_bundle(tmp_path):
+    """A self-signed server (openssl's certificate, a real TLS server on loopback): the
+    error says the certificate did not verify and how to trust it (not "plain http");
+    with --target-ca-bundle the same server is reachable."""
+    import uvicorn
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
+                   timeout=60)
+    s = FaultServer()
+    server = uvicorn.Server(uvicorn.Config(s.app, host="127.0.0.1", port=s.port,
+                                           log_level="critical", lifespan="off",
+                                           ssl_certfile=str(cert), ssl_keyfile=str(key)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: server.started)
+        t = RemoteTarget(f"https://127.0.0.1:{s.port}", environ={})
+        try:
+            err = t.state["last_error"]
+            assert "certificate did not verify" in err and "--target-ca-bundle" in err
+            assert "plain http" not in err
+        finally:
+            t.close()
+        t = RemoteTarget(f"https://127.0.0.1:{s.port}", ca_bundle=cert, environ={})
+        try:
+            assert t.state["reachable"] is True
+            assert t.complete([ord("x")], max_tokens=4).text == "Hello, world!"
+        finally:
+            t.close()
+    finally:
+        server.should_exit = True
+        thread.join(30)

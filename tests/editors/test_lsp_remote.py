@@ -1,0 +1,110 @@
+"""`assistd lsp` in its own process (no daemon) on the remote Target: the settings
+(``backend``, ``targetUrl``, ``targetKeyFile``, ...) or the ``ASSISTD_*`` environment
+name a real llama-cpp-python server on loopback, here one that wants an API key."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from lsprotocol import types
+
+from editors.settings import Settings, environment_settings, parse_settings
+from tests.conftest import make_repo
+from tests.lsp_helpers import inline, lsp_session, open_doc, stats
+from tests.remote_helpers import PROMPT
+
+KEY = "sk-test-3f9d2c"  # the keyed server's: it must reach the server, never a log
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "repo", {"a.py": PROMPT})
+
+
+def key_file(tmp_path, key=KEY, mode=0o600):
+    f = tmp_path / f"key-{key}-{mode:o}"
+    f.write_text(key + "\n")
+    f.chmod(mode)
+    return f
+
+
+async def _until(pred, timeout=120.0):
+    """Wait for ``pred()`` (a generous bound against hangs, not a timing assert)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not pred():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def test_remote_settings_are_checked_and_need_a_url():
+    s, w = parse_settings({"assistd": {"backend": "openai", "targetUrl": "http://127.0.0.1:8080/v1/",
+                                       "targetModel": "m", "targetTimeoutMs": 5000}})
+    assert w == [] and (s.backend, s.target_url, s.target_model) == ("openai", "http://127.0.0.1:8080", "m")
+    assert s.target_options()["target_timeout_s"] == 5.0
+    assert s.engine_key() != Settings().engine_key()  # a new server reopens the Target
+    s, w = parse_settings({"backend": "openai"})  # a local model would answer in its place
+    assert s.backend == "llama" and len(w) == 1 and "needs targetUrl" in w[0]
+    s, w = parse_settings({"backend": "openai", "targetUrl": "ftp://x", "targetTimeoutMs": 0})
+    assert s.backend == "llama" and s.target_url is None and len(w) == 3
+    assert "http(s)://" in w[0] and "targetTimeoutMs" in w[1]
+    s, w = environment_settings({"ASSISTD_BACKEND": "openai", "ASSISTD_TARGET_URL": "http://h:1",
+                                 "ASSISTD_TARGET_TIMEOUT_MS": "x", "ASSISTD_MODEL": "ignored"})
+    assert (s.backend, s.target_url, s.target_timeout_ms) == ("openai", "http://h:1", 30_000)
+    assert len(w) == 1 and "$ASSISTD_TARGET_TIMEOUT_MS" in w[0]
+    assert environment_settings({"ASSISTD_BACKEND": "openai"})[1] == [
+        "assistd setting backend 'openai' needs $ASSISTD_TARGET_URL (the server's base URL,"
+        " e.g. http://127.0.0.1:8080); using backend 'llama'"]
+    assert environment_settings({})[0] == Settings()
+
+
+async def test_lsp_in_process_on_the_remote_target_from_its_settings(keyed_llama_server, repo,
+                                                                      tmp_path):
+    """The settings name the server and the key file; a wrong key is the editor's error,
+    answered, and the right one (didChangeConfiguration) reopens the Target and serves;
+    the key is in no log, even at debug."""
+    log = tmp_path / "lsp.log"
+    wrong = {"backend": "openai", "targetUrl": keyed_llama_server + "/v1",
+             "targetKeyFile": str(key_file(tmp_path, "sk-wrong"))}
+    from tests import lsp_helpers
+
+    lsp_helpers.LSP_ARGS[:] = ["--log-file", str(log), "-v"]
+    try:
+        async with lsp_session(tmp_path / "h.db", root=repo, settings=wrong) as (client, _):
+            uri = open_doc(client, repo / "b.py", PROMPT)
+            assert await inline(client, uri, 1, 4) is None  # answered, empty
+            await _until(lambda: any(m.type == types.MessageType.Error for m in client.messages))
+            errors = [m.message for m in client.messages if m.type == types.MessageType.Error]
+            assert any("401" in e or "key" in e.lower() for e in errors), errors
+            client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+                settings={"assistd": {**wrong, "targetKeyFile": str(key_file(tmp_path))}}))
+            text = None
+            for _ in range(3):  # the reopening is queued before this request on one thread
+                text = await inline(client, uri, 1, 4)
+                if text:
+                    break
+            assert text, client.messages
+            report = await stats(client)  # no acceptance rows: the server decoded
+            assert report["ledger"]["entries"] == []
+    finally:
+        lsp_helpers.LSP_ARGS[:] = []
+    assert "loading the model of the remote Target http://127.0.0.1:" in log.read_text()
+    assert KEY not in log.read_text() and KEY not in (tmp_path / "h.db").read_bytes().decode("latin-1")
+
+
+async def test_lsp_in_process_on_the_remote_target_from_the_environment(llama_server, repo, tmp_path):
+    """ASSISTD_BACKEND and ASSISTD_TARGET_URL, as `assistd serve` reads them, serve an
+    `assistd lsp` with no Target settings."""
+    from tests import lsp_helpers
+
+    log = tmp_path / "lsp.log"
+    env = {"ASSISTD_BACKEND": "openai", "ASSISTD_TARGET_URL": llama_server}
+    lsp_helpers.LSP_ARGS[:] = ["--log-file", str(log)]
+    try:
+        async with lsp_session(tmp_path / "h.db", root=repo, env=env) as (client, _):
+            uri = open_doc(client, repo / "b.py", PROMPT)
+            assert await inline(client, uri, 1, 4)
+    finally:
+        lsp_helpers.LSP_ARGS[:] = []
+    assert f"loading the model of the remote Target {llama_server}" in log.read_text()
