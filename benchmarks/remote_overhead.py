@@ -1,9 +1,9 @@
 """Time to first token through assistd's remote Target vs the server's own, on loopback.
 
-    .venv/bin/python benchmarks/remote_overhead.py [--runs 5] [--url URL]
+    .venv/bin/python benchmarks/remote_overhead.py [--runs 5] [--url URL] [--sizes 100,1000,2000]
 
 Starts llama-cpp-python's OpenAI-compatible server with the embedded model (unless
---url names a running one), then for prompts of about 100 and 1,000 tokens measures,
+--url names a running one), then for prompts of about 100, 1,000 and 2,000 tokens measures,
 interleaved, ``--runs`` times each:
 
 - server: a streamed ``POST /v1/completions`` with httpx, from the request to the first
@@ -14,7 +14,9 @@ interleaved, ``--runs`` times each:
   ``/extras/detokenize`` (two more requests).
 
 Each run's prompt starts with its own line, so no request reuses the previous one's
-KV cache on the server. Prints the medians and assistd's overhead in ms.
+KV cache on the server. Prints the medians, assistd's overhead in ms and whether it
+meets the goal (issue 25): time to first token through assistd <= the server's own
++ :data:`GOAL_MS`.
 
 On a busy machine the server's prefill (hundreds of ms to seconds on 2 CPU cores)
 varies by far more than assistd adds; ``--instant`` replaces the server by a stand-in
@@ -41,7 +43,9 @@ sys.path.insert(0, str(ROOT))
 from assistd.runtime.runtime import Runtime  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
 
-BODY = (ROOT / "assistd" / "decoding" / "engine.py").read_text()
+BODY = (ROOT / "assistd" / "decoding" / "engine.py").read_text()  # > 2,000 tokens
+GOAL_MS = 20.0
+N_CTX = 4096  # room for the 2,000-token prompt, on both sides
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
@@ -50,7 +54,7 @@ def start_server() -> tuple[subprocess.Popen, str]:
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model",
                              str(default_model_path()), "--host", "127.0.0.1", "--port",
-                             str(port), "--n_ctx", "4096"],
+                             str(port), "--n_ctx", str(N_CTX)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -132,6 +136,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--url", default=None)
+    ap.add_argument("--sizes", default="100,1000,2000",
+                    help="prompt sizes, tokens (comma-separated)")
     ap.add_argument("--instant", action="store_true",
                     help="against a stand-in that answers at once (assistd's overhead only)")
     args = ap.parse_args()
@@ -141,7 +147,8 @@ def main() -> None:
         proc, url = (None, args.url) if args.url else start_server()
     tmp = Path(tempfile.mkdtemp())
     arms = {"assistd (gguf)": default_model_path(), "assistd (server tok)": None}
-    rts = {name: Runtime.open(model, db=tmp / f"{i}.db",
+    sizes = [int(x) for x in args.sizes.split(",")]
+    rts = {name: Runtime.open(model, db=tmp / f"{i}.db", n_ctx=N_CTX,
                               target_options={"backend": "openai", "target_url": url})
            for i, (name, model) in enumerate(arms.items())}
     sizer = rts["assistd (gguf)"].target
@@ -149,8 +156,9 @@ def main() -> None:
         with httpx.Client(base_url=url, timeout=300) as http:
             server_ttft(http, "warm up")
             print(f"{'prompt':>8} {'arm':>22} {'median ms':>10} {'overhead ms':>12}")
-            for tokens in (100, 1000):
+            for tokens in sizes:
                 ids = sizer.tokenize(BODY)
+                assert len(ids) >= tokens, f"the prompt source has only {len(ids)} tokens"
                 base = sizer.detokenize(ids[:tokens])
                 times: dict[str, list[float]] = {"server": [], **{a: [] for a in arms}}
                 for run in range(args.runs):
@@ -165,7 +173,9 @@ def main() -> None:
                 for arm, xs in times.items():
                     m = statistics.median(xs)
                     over = "" if arm == "server" else f"{m - server:+.1f}"
-                    print(f"{tokens:>8} {arm:>22} {m:>10.1f} {over:>12}   runs:"
+                    goal = "" if arm == "server" else (
+                        " goal met" if m - server <= GOAL_MS else f" over the {GOAL_MS:g} ms goal")
+                    print(f"{tokens:>8} {arm:>22} {m:>10.1f} {over:>12}{goal}   runs:"
                           f" {' '.join(f'{x:.0f}' for x in xs)}")
     finally:
         for rt in rts.values():
