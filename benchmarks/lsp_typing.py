@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import random
@@ -62,7 +63,9 @@ sys.path.insert(0, str(ROOT))
 from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from editors.completer import Counters  # noqa: E402
+from tests.daemon_helpers import free_port  # noqa: E402
 from tests.lsp_helpers import inline_params, insert, lsp_session, open_doc, stats  # noqa: E402
+from tests.remote_helpers import start_llama_server, stop_llama_server  # noqa: E402
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 COUNTERS = [f.name for f in fields(Counters)]
@@ -130,6 +133,24 @@ def pct(xs, q):
     return sorted(xs)[max(0, math.ceil(q * len(xs)) - 1)] if xs else None  # nearest rank
 
 
+@contextlib.contextmanager
+def remote_target(proposer: str, tmp: Path):
+    """The arm ``remote``: the same model behind llama-cpp-python's OpenAI-compatible
+    server on loopback (tests/remote_helpers.py), the LSP server's Target a
+    :class:`RemoteTarget` (``backend`` openai; the GGUF given for its tokenizer, read
+    here). Yields the settings that select it ({} for the local arms)."""
+    if proposer != "remote":
+        yield {}
+        return
+    port = free_port()
+    server = start_llama_server(port, tmp / "llama_server.log")
+    try:
+        yield {"proposer": "none", "backend": "openai", "targetUrl": f"http://127.0.0.1:{port}",
+               "model": str(default_model_path())}
+    finally:
+        stop_llama_server(server)
+
+
 async def run_config(work, proposer: str, args) -> dict:
     path, text, _, a, history = work
     lines = text.split("\n")
@@ -149,76 +170,77 @@ async def run_config(work, proposer: str, args) -> dict:
             old = lines[:a] + [x for i, x in enumerate(region) if i % 5 != 4] + lines[a + args.lines:]
             (repo / f"old_{path.name}").write_text("\n".join(old))
         k = args.k if args.k == "auto" else int(args.k)
-        async with lsp_session(Path(tmp) / "history.db", root=repo,
-                               settings={"proposer": proposer, "k": k,
-                                         "maxLatencyMs": args.max_latency_ms,
-                                         "maxPromptTokens": args.max_prompt_tokens,
-                                         "crossFileTokens": args.cross_file_tokens}) as (client, _):
-            for h in history[:args.open_buffers]:  # open beside it: cross-file context
-                open_doc(client, repo / h.name, h.read_text())
-            uri = open_doc(client, repo / path.name, doc)
-            line, char = a - 1, utf16(lines[a - 1])
-            t0 = time.perf_counter()
-            await client.text_document_inline_completion_async(inline_params(uri, line, char))
-            warmup_ms = (time.perf_counter() - t0) * 1000
-            before = (await stats(client))["server"]
-            seen: set[str] = set()  # suggestion ids answered so far
-            trace = []  # every request: [keystroke #, ms to its answer, suggestion, type-through]
+        settings = {"proposer": proposer, "k": k, "maxLatencyMs": args.max_latency_ms,
+                    "maxPromptTokens": args.max_prompt_tokens,
+                    "crossFileTokens": args.cross_file_tokens}
+        with remote_target(proposer, Path(tmp)) as remote:
+            async with lsp_session(Path(tmp) / "history.db", root=repo,
+                                   settings={**settings, **remote}) as (client, _):
+                for h in history[:args.open_buffers]:  # open beside it: cross-file context
+                    open_doc(client, repo / h.name, h.read_text())
+                uri = open_doc(client, repo / path.name, doc)
+                line, char = a - 1, utf16(lines[a - 1])
+                t0 = time.perf_counter()
+                await client.text_document_inline_completion_async(inline_params(uri, line, char))
+                warmup_ms = (time.perf_counter() - t0) * 1000
+                before = (await stats(client))["server"]
+                seen: set[str] = set()  # suggestion ids answered so far
+                trace = []  # every request: [keystroke #, ms to its answer, suggestion, type-through]
 
-            errors = []  # JSON-RPC errors answered (a server bug: there should be none)
+                errors = []  # JSON-RPC errors answered (a server bug: there should be none)
 
-            async def timed(coro, n, t_key):
-                try:
-                    res = await coro
-                except Exception as e:  # noqa: BLE001 - recorded and reported, not fatal
-                    errors.append(f"keystroke {n}: {e!r}")
-                    return None, False, time.perf_counter()
-                done = time.perf_counter()
-                item = res.items[0] if res and res.items else None
-                sid = item.command.arguments[0]["id"] if item else None
-                again = sid is not None and sid in seen  # type-through: an earlier suggestion's id
-                seen.add(sid)
-                s = item.insert_text if item else None
-                trace.append([n, round((done - t_key) * 1000, 1), s, again])
-                return s, again, done
+                async def timed(coro, n, t_key):
+                    try:
+                        res = await coro
+                    except Exception as e:  # noqa: BLE001 - recorded and reported, not fatal
+                        errors.append(f"keystroke {n}: {e!r}")
+                        return None, False, time.perf_counter()
+                    done = time.perf_counter()
+                    item = res.items[0] if res and res.items else None
+                    sid = item.command.arguments[0]["id"] if item else None
+                    again = sid is not None and sid in seen  # type-through: an earlier suggestion's id
+                    seen.add(sid)
+                    s = item.insert_text if item else None
+                    trace.append([n, round((done - t_key) * 1000, 1), s, again])
+                    return s, again, done
 
-            keys = keystrokes(lines[a:a + args.lines], random.Random(args.seed), args.pause_prob)
-            orig = sum(len(x) + 1 for x in lines[:a]) - 1  # the cursor's offset in `text`
-            futures, bursts = [], []
-            t_start = t_next = time.perf_counter()
-            for n, (key, burst_end) in enumerate(keys):
-                await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
-                t_key = time.perf_counter()
-                insert(client, uri, n + 2, line, char, key)
-                if key[0] == "\n":
-                    line, char = line + 1, len(key) - 1
-                else:
-                    char += utf16(key)
-                orig += len(key)
-                futures.append(asyncio.ensure_future(timed(
-                    client.text_document_inline_completion_async(inline_params(uri, line, char)),
-                    n, t_key)))
-                await asyncio.sleep(0)  # send it now, right after its didChange
-                t_next = t_key + args.interval_ms / 1000
-                if not burst_end:
-                    continue
-                try:
-                    s, again, done = await asyncio.wait_for(asyncio.shield(futures[-1]), WAIT_S)
-                except asyncio.TimeoutError:
-                    bursts.append({"ms": math.inf, "text": None, "timeout": True})
-                    continue
-                bursts.append({"ms": (done - t_key) * 1000, "text": s, "type_through": again,
-                               "single": s is not None and "\n" not in s.removeprefix("\n"),
-                               "matched": s is not None and text.startswith(s, orig)})
-                t_next = max(t_next, time.perf_counter())  # type on once the answer is seen
-            typing_s = time.perf_counter() - t_start
-            await asyncio.gather(*futures)
-            report = await stats(client)
-            after = report["server"]
-            tuner = [{k: e.get(k) for k in ("language", "proposer", "steps", "rounds", "coverage",
-                                            "acceptance_rate", "chosen_k", "expected_speedup")}
-                     for e in report["ledger"]["entries"]]
-            messages = [m.message for m in client.messages]
+                keys = keystrokes(lines[a:a + args.lines], random.Random(args.seed), args.pause_prob)
+                orig = sum(len(x) + 1 for x in lines[:a]) - 1  # the cursor's offset in `text`
+                futures, bursts = [], []
+                t_start = t_next = time.perf_counter()
+                for n, (key, burst_end) in enumerate(keys):
+                    await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
+                    t_key = time.perf_counter()
+                    insert(client, uri, n + 2, line, char, key)
+                    if key[0] == "\n":
+                        line, char = line + 1, len(key) - 1
+                    else:
+                        char += utf16(key)
+                    orig += len(key)
+                    futures.append(asyncio.ensure_future(timed(
+                        client.text_document_inline_completion_async(inline_params(uri, line, char)),
+                        n, t_key)))
+                    await asyncio.sleep(0)  # send it now, right after its didChange
+                    t_next = t_key + args.interval_ms / 1000
+                    if not burst_end:
+                        continue
+                    try:
+                        s, again, done = await asyncio.wait_for(asyncio.shield(futures[-1]), WAIT_S)
+                    except asyncio.TimeoutError:
+                        bursts.append({"ms": math.inf, "text": None, "timeout": True})
+                        continue
+                    bursts.append({"ms": (done - t_key) * 1000, "text": s, "type_through": again,
+                                   "single": s is not None and "\n" not in s.removeprefix("\n"),
+                                   "matched": s is not None and text.startswith(s, orig)})
+                    t_next = max(t_next, time.perf_counter())  # type on once the answer is seen
+                typing_s = time.perf_counter() - t_start
+                await asyncio.gather(*futures)
+                report = await stats(client)
+                after = report["server"]
+                tuner = [{k: e.get(k) for k in ("language", "proposer", "steps", "rounds", "coverage",
+                                                "acceptance_rate", "chosen_k", "expected_speedup")}
+                         for e in report["ledger"]["entries"]]
+                messages = [m.message for m in client.messages]
     d = {k: after[k] - before[k] for k in COUNTERS}  # typing only: the warm-up excluded
     shown = [b for b in bursts if b["text"]]
     single = [b["ms"] for b in bursts if b.get("single") or b.get("timeout")]
@@ -256,7 +278,9 @@ def fmt(v, spec=".0f"):
 
 
 def label(r):
-    return "none (plain decoding)" if r["proposer"] == "none" else f"{r['proposer']} k={r['k']}"
+    if r["proposer"] in ("none", "remote"):
+        return {"none": "none (plain decoding)", "remote": "remote (llama_cpp.server)"}[r["proposer"]]
+    return f"{r['proposer']} k={r['k']}"
 
 
 def ms3(r, kind):
@@ -287,8 +311,9 @@ ROWS = [  # (label, the cell of one result)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--proposer", action="append", choices=["suffix", "ngram", "none"],
-                    help="repeatable: one fresh server each, in order [default: suffix]")
+    ap.add_argument("--proposer", action="append", choices=["suffix", "ngram", "none", "remote"],
+                    help="repeatable: one fresh server each, in order; remote: plain decoding"
+                         " by llama-cpp-python's server on loopback [default: suffix]")
     ap.add_argument("--k", default="auto", help="draft ceiling, or auto (the tuner)")
     ap.add_argument("--lines", type=int, default=30, help="lines re-typed")
     ap.add_argument("--max-latency-ms", type=int, default=250,
