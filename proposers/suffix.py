@@ -251,6 +251,7 @@ class SuffixProposer(Proposer):
         first with the likeliest child first."""
         nodes: dict[tuple[int, ...], tuple[float, str]] = {}
         occs = {}
+        floor = self._expansion_floor()
         for source, occ in found:
             if occ.match_len < self.min_match or not len(occ.cont):
                 continue
@@ -258,7 +259,7 @@ class SuffixProposer(Proposer):
             c = self.match_prior[source]
             m = occ.match_len + np.arange(max(cap, 0))
             trust = m / (m + c) if c else None
-            for branch, cum in frequent_tree(occ.cont, cap, self.max_nodes, self.min_token_prob,
+            for branch, cum in frequent_tree(occ.cont, cap, self.max_nodes, floor,
                                              self.prior, trust):
                 if cum > nodes.get(branch, (0.0, ""))[0]:
                     nodes[branch] = (cum, source)
@@ -310,6 +311,19 @@ class SuffixProposer(Proposer):
             else:
                 return chain
         return _tree_draft(chosen, occs)
+
+
+    def _expansion_floor(self) -> float:
+        """The lowest cumulative estimate worth expanding. Under a cost model, the last
+        node N of the best round has c_N / (t(N) - t(N-1)) >= that round's rate > 1 / t(0)
+        (adding it raised the rate, and a mediant lies between its parts), and the nodes
+        before it have larger estimates: so no node below min_n (t(n) - t(n-1)) / t(0) is
+        in the best round, and none is expanded (the chosen draft is the same)."""
+        floor = self.min_token_prob
+        if self._round_ms is not None:
+            ms = self._round_ms[: self.max_nodes + 1]
+            floor = max(floor, min(np.diff(ms), default=0.0) / ms[0])
+        return floor
 
 
 def best_size(cumulative, round_ms) -> int:

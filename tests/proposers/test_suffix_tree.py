@@ -135,6 +135,37 @@ def test_a_tree_proposer_drafts_the_chain_unless_something_else_pays_by_the_marg
     assert same and other  # both cases occur on these histories
 
 
+class _Unpruned(SuffixProposer):
+    """The reference: every node down to min_token_prob expanded."""
+
+    def _expansion_floor(self):
+        return self.min_token_prob
+
+
+@pytest.mark.parametrize("cost", [CostModel.brief(), FLAT,
+                                  CostModel({1: 11.0, 2: 22.0, 4: 26.0, 8: 37.0, 64: 300.0})])
+def test_the_expansion_floor_never_changes_the_draft(cost):
+    """Nodes below the floor the cost model implies are not expanded: the drafts equal
+    the fully expanded proposer's on code-like histories (floor > 0 on the CPU curves)."""
+    rng = random.Random(5)
+    kw = dict(use_context=False, match_prior=RAW, cost=cost, tree=True)
+    assert (SuffixProposer(**kw)._expansion_floor() > 0.001) == (cost is not FLAT)
+    for _ in range(40):
+        phrases = [[rng.randrange(30) for _ in range(6)] for _ in range(rng.choice((2, 3, 4)))]
+        docs = [[t if rng.random() > 0.05 else rng.randrange(30)
+                 for _ in range(10) for t in rng.choice(phrases)] for _ in range(3)]
+        h = index_of(*docs)
+        ctx = A(rng.choice(phrases) + rng.choice(phrases)[: rng.randrange(1, 7)])
+        got = SuffixProposer(h, **kw).propose(ctx, 12, scope="s")
+        want = _Unpruned(h, **kw).propose(ctx, 12, scope="s")
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert got.tokens.tolist() == want.tokens.tolist()
+            assert (got.parents is None) == (want.parents is None)
+            if want.parents is not None:
+                assert got.parents.tolist() == want.parents.tolist()
+
+
 def test_best_size_is_best_length_for_a_chain():
     from proposers.suffix import best_length
 
