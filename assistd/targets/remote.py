@@ -337,6 +337,7 @@ class RemoteTarget(Target):
         self._mode = "model" if self._vocab else None  # "model" | "server" | "chars"
         self._fim = _UNDECIDED  # (prefix, suffix, middle) ids or None, once decided
         self._fim_text: dict[int, str] = {}  # assistd's own marker ids -> their text
+        self._controls = None  # (control ids, their spellings), read from the GGUF once
         self._tok_path = None  # the server's tokenize endpoint, once found
         v = self._vocab
         self.n_vocab = v.n_vocab if v else 0x110000  # else ids are (at most) code points
@@ -495,7 +496,7 @@ class RemoteTarget(Target):
         ids = list(ids)
         if ids and self.add_bos and ids[0] == self.bos_token_id:
             ids = ids[1:]
-        render = self._vocab.text_of if self._tokenizer() == "model" else self.detokenize
+        render = self._text_of if self._tokenizer() == "model" else self.detokenize
         if not self._fim_text or not any(i in self._fim_text for i in ids):
             return render(ids)
         out, run = [], []  # FIM markers of assistd's own: spelled out between the runs
@@ -506,6 +507,34 @@ class RemoteTarget(Target):
                     run = []
                 if i is not None:
                     out.append(self._fim_text[i])
+            else:
+                run.append(i)
+        return "".join(out)
+
+    def _text_of(self, ids: list[int]) -> str:
+        """``ids`` as text for a server that parses control tokens in it: each control
+        token spelled out, and a control token's spelling inside plain text (a message
+        that writes ``<|im_start|>``, tokenized here as text) defused with a zero-width
+        space after its first character, so the server reads it as text too, as the
+        local Target does. Without the GGUF (the server tokenizes) this is not possible:
+        README, "Known limit"."""
+        if self._controls is None:
+            special = self._vocab.special_ids()
+            self._controls = (special, sorted({m for m in (self._vocab.text_of([i]) for i in special)
+                                               if len(m) > 1}, key=len, reverse=True))
+        special, marks = self._controls
+        out, run = [], []
+        for i in ids + [None]:
+            if i is None or i in special:
+                if run:
+                    text = self._vocab.text_of(run)
+                    for m in marks:
+                        if m in text:
+                            text = text.replace(m, m[0] + "\u200b" + m[1:])
+                    out.append(text)
+                    run = []
+                if i is not None:
+                    out.append(self._vocab.text_of([i]))
             else:
                 run.append(i)
         return "".join(out)
