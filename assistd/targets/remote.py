@@ -686,19 +686,26 @@ class RemoteTarget(Target):
                             reason = "max_tokens" if finish == "length" else "eos"
                         continue
                     if kind == "done":
-                        if reason is None:  # the stream ended without a finish reason
-                            if chunks:
-                                raise RemoteTargetError(
-                                    f"the remote Target {self.url} closed the stream after"
-                                    f" {chunks} chunks without finishing; the completion was"
-                                    " dropped (nothing was stored)")
-                            reason = "eos"
+                        # The stream ended without a finish reason: a server that failed
+                        # before (or while) writing its answer, never an empty completion
+                        # (one that has nothing to say still finishes with "stop").
+                        if reason is None:
+                            skipped = ev[1]
+                            what = (f"after {chunks} {'chunk' if chunks == 1 else 'chunks'}"
+                                    if chunks else "before any completion")
+                            bad = (f" ({skipped} unreadable {'event' if skipped == 1 else 'events'}"
+                                   " skipped)" if skipped else "")
+                            raise RemoteTargetError(
+                                f"the remote Target {self.url} closed the stream {what}"
+                                f" without finishing{bad}; the completion was dropped"
+                                " (nothing was stored)")
                         break
                     if kind == "error":  # (kind, retryable, wait_s, message, exc class)
                         _, retryable, wait, message, cls = ev
                         if chunks:
                             raise RemoteTargetError(
-                                f"{message}, after {chunks} chunks of text: the completion"
+                                f"{message}, after {chunks} {'chunk' if chunks == 1 else 'chunks'}"
+                                " of text: the completion"
                                 " was dropped (nothing was stored)")
                         if retryable and attempt < RETRIES and (wait or 0) <= RETRY_AFTER_MAX_S:
                             self._failed(message)
@@ -853,6 +860,7 @@ class _Stream:
                 stream = r.extensions.get("network_stream")
                 self.sock = stream.get_extra_info("socket") if stream is not None else None
                 put(("open",))
+                skipped = 0  # events that were no completion chunk (not JSON, wrong shape)
                 for line in r.iter_lines():
                     if self.stop.is_set():
                         return
@@ -860,7 +868,7 @@ class _Stream:
                         continue  # comments (": ping"), event names, blank separators
                     data = line[5:].strip()
                     if data == "[DONE]":
-                        put(("done",))
+                        put(("done", skipped))
                         return
                     try:
                         chunk = json.loads(data)
@@ -869,9 +877,10 @@ class _Stream:
                         finish = choice.get("finish_reason")
                         usage = chunk.get("usage") or None
                     except (ValueError, AttributeError, IndexError, TypeError):
-                        continue  # not a completion chunk (an unexpected event): skipped
+                        skipped += 1  # not a completion chunk (an unexpected event)
+                        continue
                     put(("text", piece, finish, usage))
-                put(("done",))  # EOF without [DONE]: judged by whether a finish came
+                put(("done", skipped))  # EOF without [DONE]: judged by whether a finish came
         except httpx.HTTPError as e:
             if self.stop.is_set():
                 return  # closed by the caller: nobody waits for this

@@ -33,7 +33,8 @@ class FaultServer:
     then ok), "drop" (two chunks, then the connection breaks), "slow" (nothing for
     ``delay_s``), "hang" (one chunk, then silence until the client hangs up),
     "redirect" (307 to ``redirect_to``), "401" (its tokenize endpoints refuse the
-    key). It has no tokenize endpoint (404). ``hits`` and
+    key), "empty" / "garbage" (200, then no event / one that is not JSON, and EOF).
+    It has no tokenize endpoint (404). ``hits`` and
     ``auth`` record every completion request and its Authorization header."""
 
     PIECES = ["Hello", ",", " world", "!"]
@@ -81,6 +82,9 @@ class FaultServer:
                 return RedirectResponse(self.redirect_to + "/v1/completions", status_code=307)
             if mode == "slow":
                 await asyncio.sleep(self.delay_s)
+            if mode in ("empty", "garbage"):  # 200, then nothing (or no JSON) and EOF
+                body = "" if mode == "empty" else "data: {not json\n\n"
+                return StreamingResponse(iter([body]), media_type="text/event-stream")
             then = mode if mode in ("drop", "hang") else None
             pieces = self.PIECES[:2] if then == "drop" else self.PIECES[:1] if then else self.PIECES
             return StreamingResponse(stream(pieces, then), media_type="text/event-stream")
@@ -285,6 +289,10 @@ def test_a_server_that_is_down_then_back(tmp_path):
 @pytest.mark.parametrize("mode, message", [
     ("500", r"failed \(HTTP 500: boom\)"),
     ("drop", r"after 2 chunks.*nothing was stored"),
+    # A newcomer's stand-ins: a 200 with an empty stream, or one event that is no JSON,
+    # came back as an empty completion (exit 0, stop_reason eos).
+    ("empty", r"closed the stream before any completion without finishing; the"),
+    ("garbage", r"before any completion without finishing \(1 unreadable event skipped\)"),
     ("slow", r"sent nothing for 0\.5 s"),
 ])
 def test_faults_give_a_clear_error_and_no_retry_once_it_started(fault, tmp_path, mode, message):
