@@ -120,8 +120,10 @@ def _remote_options(fn=None, *, env: bool = False):
                           " files) or file (the document only). [default: all]"),
         click.option("--target-fim", default=None, metavar="auto|none|FAMILY",
                      **envvar("TARGET_FIM"),
-                     help="backend openai: the FIM layout: auto (the tokenizer's markers),"
-                          " none, or starcoder, qwen, deepseek. [default: auto]"),
+                     help="backend openai: the FIM layout of editors' prompts (the LSP's;"
+                          " `complete` sends the text before the cursor): auto (the"
+                          " tokenizer's markers), none, or starcoder, qwen, deepseek."
+                          " [default: auto]"),
     ]):
         fn = opt(fn)
     return fn
