@@ -1137,6 +1137,15 @@ def mcp(no_daemon, model, n_ctx, backend, target_url, target_key_file, target_mo
     setup_logging(log_file, verbose)
     options = {"backend": backend}
     if backend == "openai":
+        # Checked now, not at the first tool call: an agent's `claude mcp add` would
+        # not see a mistyped URL, a readable key file or a bad --target-fim until then.
+        from assistd.targets.remote import FIM_SETTINGS, base_url, read_key
+
+        base_url(target_url)
+        read_key(target_key_file)
+        if (target_fim or "auto") not in FIM_SETTINGS:
+            raise click.BadParameter(f"must be one of {', '.join(FIM_SETTINGS)}, not"
+                                     f" {target_fim!r}", param_hint="'--target-fim'")
         options.update(target_url=target_url, target_key_file=target_key_file,
                        target_model=target_model, target_ca_bundle=target_ca_bundle,
                        target_timeout_s=(target_timeout_ms or 30_000) / 1000,

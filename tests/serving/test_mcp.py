@@ -224,3 +224,22 @@ async def test_mcp_uses_a_daemon_started_after_it(tmp_path):
                 proc.wait()
                 raise
     assert rc == 0, (tmp_path / "daemon.stderr").read_text()[-3000:]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target-url", "htp:/nope"], "must be http(s)://HOST"),
+    (["--target-url", "http://127.0.0.1:9", "--target-fim", "nope"], "--target-fim"),
+    (["--target-url", "http://127.0.0.1:9", "--target-key-file", "KEY"], "readable by others"),
+])
+def test_mcp_refuses_bad_remote_options_at_start(tmp_path, args, message):
+    """A newcomer's `assistd mcp --no-daemon` with a malformed URL, a 0644 key file or a
+    bad --target-fim started, and exited 0 when stdin closed: the mistake showed only at
+    the first tool call, which an agent set up with `claude mcp add` never shows."""
+    key = tmp_path / "key"
+    key.write_text("sk-test")
+    key.chmod(0o644)
+    args = [str(key) if a == "KEY" else a for a in args]
+    r = subprocess.run([sys.executable, "-m", "assistd", "mcp", "--no-daemon", "--backend",
+                        "openai", *args], input="", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert message in r.stderr and "sk-test" not in r.stderr
