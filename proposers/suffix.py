@@ -315,7 +315,6 @@ class SuffixProposer(Proposer):
                 return chain
         return _tree_draft(chosen, occs)
 
-
     def _expansion_floor(self) -> float:
         """The lowest cumulative estimate worth expanding. Under a cost model, the last
         node N of the best round has c_N / (t(N) - t(N-1)) >= that round's rate > 1 / t(0)
