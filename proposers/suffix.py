@@ -292,7 +292,7 @@ class SuffixProposer(Proposer):
             # tree's likeliest branch alone (deeper: the tree's floors) and the tree,
             # each cut by the cost model. One that differs from the chain must beat
             # what it replaces by TREE_MARGIN: the siblings' and the deep nodes'
-            # estimates err high (measured below). So where no tree pays, a tree
+            # estimates err high (see TREE_MARGIN). So where no tree pays, a tree
             # proposer drafts exactly what the chain proposer would.
             ms = self._round_ms
             chain = self._chain(found, k)
