@@ -103,8 +103,9 @@ def _remote_options(fn=None, *, env: bool = False):
                      help="backend openai: the server's base URL (e.g. http://127.0.0.1:8080);"
                           " --model may then name a GGUF with the server model's tokenizer."),
         click.option("--target-key-file", default=None, metavar="FILE",
-                     **envvar("TARGET_KEY_FILE"), help="backend openai: a 0600 file holding the server's API key."
-                          " [env: ASSISTD_TARGET_KEY]"),
+                     **envvar("TARGET_KEY_FILE"),
+                     help="backend openai: a 0600 file holding the server's API key (or the"
+                          " key itself in $ASSISTD_TARGET_KEY)."),
         click.option("--target-model", default=None, metavar="NAME", **envvar("TARGET_MODEL"),
                      help="backend openai: the model name to ask for. [default: the server's first]"),
         click.option("--target-ca-bundle", default=None, metavar="FILE",
