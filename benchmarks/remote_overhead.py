@@ -27,7 +27,6 @@ endpoint of one id per character), which leaves only what assistd adds.
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from assistd.runtime.runtime import Runtime  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
+from tests.daemon_helpers import free_port  # noqa: E402
+from tests.remote_helpers import start_llama_server  # noqa: E402
 
 BODY = (ROOT / "assistd" / "decoding" / "engine.py").read_text()  # > 2,000 tokens
 GOAL_MS = 20.0
@@ -49,22 +50,10 @@ N_CTX = 4096  # room for the 2,000-token prompt, on both sides
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model",
-                             str(default_model_path()), "--host", "127.0.0.1", "--port",
-                             str(port), "--n_ctx", str(N_CTX)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("the server did not start")
+    """The real llama-cpp-python server with the embedded model (tests/remote_helpers.py)."""
+    port = free_port()
+    log = Path(tempfile.mkdtemp()) / "llama_server.log"
+    return start_llama_server(port, log, n_ctx=N_CTX), f"http://127.0.0.1:{port}"
 
 
 def start_instant() -> str:
@@ -101,9 +90,7 @@ def start_instant() -> str:
                             Route("/extras/tokenize", tokenize, methods=["POST"]),
                             Route("/extras/detokenize", detokenize, methods=["POST"]),
                             Route("/v1/models", models)])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="critical", lifespan="off"))
     threading.Thread(target=server.run, daemon=True).start()

@@ -70,7 +70,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -85,6 +84,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assistd.targets.open import default_model_path  # noqa: E402
+from tests.daemon_helpers import free_port  # noqa: E402
+from tests.remote_helpers import start_llama_server, stop_llama_server  # noqa: E402
 
 GREEDY = {"temperature": 0.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 TRANSCRIPTS = ROOT.parent / "shared" / "fixtures" / "transcripts"
@@ -101,39 +102,15 @@ RESET = "Zebras graze."  # a request on another text, so the next prompt starts 
 # -- servers -------------------------------------------------------------------------------
 
 def start_server(*extra: str, log: Path | None = None) -> tuple[subprocess.Popen, str]:
-    """llama-cpp-python's server with the embedded model on a free loopback port, 2
-    threads, n_ctx 2048, plus ``extra`` arguments; returns ``(process, base URL)`` once
-    ``/v1/models`` answers. Raises RuntimeError with its log's tail if it exits or does
-    not answer within 120 s."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    """llama-cpp-python's server with the embedded model on a free loopback port, n_ctx
+    2048, plus ``extra`` arguments (tests/remote_helpers.py starts it); returns
+    ``(process, base URL)`` once ``/v1/models`` answers."""
+    port = free_port()
     log = log or Path(f"/tmp/remote_verify_server_{port}.log")
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model",
-                             str(default_model_path()), "--host", "127.0.0.1", "--port",
-                             str(port), "--n_ctx", "2048", "--n_threads", "2", *extra],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama_cpp.server exited {proc.returncode}: "
-                               f"{log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("llama_cpp.server did not answer within 120 s")
+    return start_llama_server(port, log, *extra, n_ctx=2048), f"http://127.0.0.1:{port}"
 
 
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+stop_server = stop_llama_server
 
 
 def complete(http: httpx.Client, prompt: str, **fields) -> dict:
