@@ -128,3 +128,12 @@ def rpc(sock: socket.socket, msg_id, method: str, params=None) -> dict:
         assert out is not None, f"connection closed waiting for {method}"
         if out.get("id") == msg_id and "method" not in out:
             return out
+
+
+async def until(pred, timeout=120.0):
+    """Wait for ``pred()`` (a generous bound against hangs, not a timing assert)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not pred():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.05)

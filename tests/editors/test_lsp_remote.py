@@ -4,14 +4,13 @@ name a real llama-cpp-python server on loopback, here one that wants an API key.
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from lsprotocol import types
 
 from editors.settings import Settings, environment_settings, parse_settings
 from tests.conftest import make_repo
-from tests.lsp_helpers import inline, lsp_session, open_doc, stats
+from tests.lsp_helpers import inline, lsp_session, open_doc, stats, until
 from tests.remote_helpers import PROMPT
 
 KEY = "sk-test-3f9d2c"  # the keyed server's: it must reach the server, never a log
@@ -27,15 +26,6 @@ def key_file(tmp_path, key=KEY, mode=0o600):
     f.write_text(key + "\n")
     f.chmod(mode)
     return f
-
-
-async def _until(pred, timeout=120.0):
-    """Wait for ``pred()`` (a generous bound against hangs, not a timing assert)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        assert loop.time() < end, "timed out"
-        await asyncio.sleep(0.05)
 
 
 def test_remote_settings_are_checked_and_need_a_url():
@@ -74,7 +64,7 @@ async def test_lsp_in_process_on_the_remote_target_from_its_settings(keyed_llama
         async with lsp_session(tmp_path / "h.db", root=repo, settings=wrong) as (client, _):
             uri = open_doc(client, repo / "b.py", PROMPT)
             assert await inline(client, uri, 1, 4) is None  # answered, empty
-            await _until(lambda: any(m.type == types.MessageType.Error for m in client.messages))
+            await until(lambda: any(m.type == types.MessageType.Error for m in client.messages))
             errors = [m.message for m in client.messages if m.type == types.MessageType.Error]
             assert any("401" in e or "key" in e.lower() for e in errors), errors
             client.workspace_did_change_configuration(types.DidChangeConfigurationParams(

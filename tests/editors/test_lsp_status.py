@@ -4,13 +4,12 @@ embedded Target, a real SQLite history."""
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from lsprotocol import types
 
 from tests.conftest import make_repo
-from tests.lsp_helpers import inline_item, inline_params, lsp_session, open_doc, stats
+from tests.lsp_helpers import inline_item, inline_params, lsp_session, open_doc, stats, until
 
 DOC = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    return 3\n\n"
 
@@ -25,25 +24,16 @@ def repo(tmp_path):
     return make_repo(tmp_path / "repo", {"README.md": "a test repository\n"})
 
 
-async def _until(pred, timeout=120.0):
-    """Wait for ``pred()`` (a generous bound against hangs, not a timing assert)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        assert loop.time() < end, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def test_status_goes_loading_ready_disabled_ready(db, repo):
     async with lsp_session(db, root=repo) as (client, _):
-        await _until(lambda: client.statuses and client.statuses[-1][0] == "ready")
+        await until(lambda: client.statuses and client.statuses[-1][0] == "ready")
         assert client.statuses[0][0] == "loading"  # sent once initialize is answered
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
             settings={"assistd": {"enabled": False}}))
-        await _until(lambda: client.statuses[-1][0] == "disabled")
+        await until(lambda: client.statuses[-1][0] == "disabled")
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
             settings={"assistd": {"enabled": True}}))
-        await _until(lambda: client.statuses[-1][0] == "ready")
+        await until(lambda: client.statuses[-1][0] == "ready")
     # Only changes are sent (loading's message names its stage: model, calibration).
     sent = client.statuses
     assert all(a != b for a, b in zip(sent, sent[1:]))
@@ -53,7 +43,7 @@ async def test_status_goes_loading_ready_disabled_ready(db, repo):
 async def test_a_model_that_fails_to_open_is_the_error_state(db, repo, tmp_path):
     missing = tmp_path / "none.gguf"
     async with lsp_session(db, root=repo, settings={"model": str(missing)}) as (client, _):
-        await _until(lambda: client.statuses and client.statuses[-1][0] == "error")
+        await until(lambda: client.statuses and client.statuses[-1][0] == "error")
     assert "none.gguf" in client.statuses[-1][1]
 
 
