@@ -70,33 +70,30 @@ def render(target: Target, messages: list[dict], add_generation_prompt: bool = T
         raise InputError(f"the model's chat template rejected the messages: {e}") from None
 
 
-def _specials(target: Target) -> tuple[re.Pattern | None, dict[str, int]]:
-    cached = getattr(target, "_assistd_specials", None)
-    if cached is not None:
-        return cached
-    pieces = _pieces(target)
-    table = {}
-    for i in sorted(target.special_ids()):
-        text = pieces[i].decode("utf-8", errors="replace")
-        if len(text) > 1 and text not in table:  # a 1-character control piece is too risky
-            table[text] = i
-    names = sorted(table, key=len, reverse=True)
-    pattern = re.compile("|".join(map(re.escape, names))) if names else None
-    target._assistd_specials = (pattern, table)
-    return pattern, table
+def _pattern(target: Target, table: dict[str, int]) -> re.Pattern | None:
+    """The regex of ``table``'s spellings, longest first; rebuilt when the table grows
+    (a remote Target's learns)."""
+    cached = getattr(target, "_assistd_control_pattern", None)
+    if cached is None or cached[0] != len(table):
+        names = sorted(table, key=len, reverse=True)
+        cached = (len(table), re.compile("|".join(map(re.escape, names))) if names else None)
+        target._assistd_control_pattern = cached
+    return cached[1]
 
 
 def tokenize_with_specials(target: Target, text: str) -> list[int]:
-    """Tokenize ``text``, turning control-token spellings into their ids.
+    """Tokenize ``text``, turning control-token spellings into their ids
+    (:meth:`Target.control_spellings`).
 
-    >>> class T:  # a toy Target: one character per token, "<s>" special
+    >>> class T(Target):  # a toy Target: one character per token, "<s>" special
     ...     def pieces(self): return [b"<s>"] + [bytes([c]) for c in range(1, 128)]
     ...     def special_ids(self): return frozenset({0})
     ...     def tokenize(self, text): return [ord(c) for c in text]
     >>> tokenize_with_specials(T(), "a<s>b")
     [97, 0, 98]
     """
-    pattern, table = _specials(target)
+    table = target.control_spellings(text)
+    pattern = _pattern(target, table)
     if pattern is None:
         return target.tokenize(text)
     out: list[int] = []

@@ -423,6 +423,25 @@ class Target:
         """Ids of the control (special) tokens: BOS, EOS, chat-turn markers..."""
         raise NotImplementedError
 
+    def control_spellings(self, text: str = "") -> dict[str, int]:
+        """Control tokens by spelling, ``{"<|im_start|>": 1, ...}``: the texts a chat
+        template writes for them (spellings of one character are left out: they would
+        match ordinary text). The Target's own table, which only grows: callers may
+        cache on its length. Base: every control token of the vocabulary
+        (:meth:`special_ids` spelled by :meth:`pieces`), built once. ``text``: where the
+        caller will look for them, for a Target that learns its control tokens as it
+        meets them (the remote Target without a local tokenizer asks its server about
+        the spellings in it first)."""
+        table = getattr(self, "_control_table", None)
+        if table is None:
+            pieces, table = self.pieces(), {}
+            for i in sorted(self.special_ids()):
+                spelling = pieces[i].decode("utf-8", errors="replace")
+                if len(spelling) > 1 and spelling not in table:
+                    table[spelling] = i
+            self._control_table = table
+        return table
+
     def fim_tokens(self) -> tuple[int, int, int] | None:
         """Fill-in-the-middle ids ``(prefix, suffix, middle)`` when the model declares
         them (GGUF ``tokenizer.ggml.fim_*_token_id``, or the names llama.cpp's vocab

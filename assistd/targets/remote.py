@@ -42,6 +42,7 @@ import logging
 import math
 import os
 import queue
+import re
 import socket
 import ssl
 import stat
@@ -82,6 +83,27 @@ FIM_FAMILIES = {
 FIM_SETTINGS = ("auto", "none", *FIM_FAMILIES)
 CONTEXT_SETTINGS = ("all", "file")  # what a prompt may carry to the server, see RemoteTarget
 _UNDECIDED = object()
+# What a control token's spelling looks like in the vocabularies assistd knows
+# (<|im_start|>, <start_of_turn>, </s>, <｜fim▁begin｜>, [INST]): the candidates a
+# server without a local tokenizer is asked about (see RemoteTarget.control_spellings).
+CONTROL_SHAPE = re.compile(r"<[^\s<>]{1,64}>|\[/?[A-Z][A-Z_]{1,30}\]")
+SHAPES_KEPT = 4096  # classified spellings remembered (ordinary ones are forgotten first)
+ZWSP = "\u200b"
+_SENTINEL = "\ue000\ue0ff"  # private-use text standing in for a control token in one request
+
+
+def defuse(text: str, spellings) -> str:
+    """``text`` with every control spelling in ``spellings`` broken by a zero-width
+    space after its first character, so that a server which parses control tokens in
+    its prompt reads it as text.
+
+    >>> defuse("a<|im_start|>b", ["<|im_start|>"]) == "a<" + ZWSP + "|im_start|>b"
+    True
+    """
+    for m in spellings:
+        if m in text:
+            text = text.replace(m, m[0] + ZWSP + m[1:])
+    return text
 
 
 class RemoteTargetError(ModelError):
@@ -339,6 +361,12 @@ class RemoteTarget(Target):
         self._fim_text: dict[int, str] = {}  # assistd's own marker ids -> their text
         self._controls = None  # (control ids, their spellings), read from the GGUF once
         self._tok_path = None  # the server's tokenize endpoint, once found
+        # Server mode: spellings of CONTROL_SHAPE classified by the server: the control
+        # tokens (spelling -> id, and back), and those it reads as ordinary text.
+        self._learned: dict[str, int] = {}
+        self._learned_text: dict[int, str] = {}
+        self._ordinary: dict[str, None] = {}  # (a dict: insertion-ordered, trimmed oldest first)
+        self._sentinel: list[int] | None = None  # the server's ids of _SENTINEL
         v = self._vocab
         self.n_vocab = v.n_vocab if v else 0x110000  # else ids are (at most) code points
         self.bos_token_id = v.bos_token_id if v else None
@@ -459,8 +487,28 @@ class RemoteTarget(Target):
             return self._vocab.tokenize(text)
         if mode == "chars":
             return [ord(c) for c in encodable(text)]
+        text = encodable(text)
+        controls = [m for m in self._classify(text) if m in text]
+        if not controls:
+            return self._server_ids(text)
+        # Control spellings as text: each one's first character tokenized apart from the
+        # rest, so that the server cannot read it whole (the ids spell the same text).
+        pattern = re.compile("|".join(map(re.escape, sorted(controls, key=len, reverse=True))))
+        ids, pos = [], 0
+        for m in pattern.finditer(text):
+            ids += self._server_ids(text[pos:m.start() + 1]) if m.start() > pos else []
+            if m.start() == pos:
+                ids += self._server_ids(text[pos])
+            pos = m.start() + 1
+        return ids + self._server_ids(text[pos:])
+
+    def _server_ids(self, text: str) -> list[int]:
+        """The server's tokenization of ``text`` (control spellings parsed: see
+        :meth:`tokenize`)."""
+        if not text:
+            return []
         try:
-            r = self._http.post(self._tok_path, json=self._tok_body(encodable(text)))
+            r = self._http.post(self._tok_path, json=self._tok_body(text))
         except httpx.HTTPError as e:
             raise RemoteTargetError(self._transport_message(e)) from None
         ids = self._ids_of(r) if r.status_code == 200 else None
@@ -469,12 +517,45 @@ class RemoteTarget(Target):
                                     f" ({self._http_message(r.status_code, r.text, r.headers)})")
         return ids
 
+    def _classify(self, text: str) -> dict[str, int]:
+        """Server mode: ask the server about each spelling in ``text`` that looks like a
+        control token (:data:`CONTROL_SHAPE`) and was not asked about yet; returns the
+        control tokens learned so far (spelling -> id). A spelling is a control token when
+        the server tokenizes it as one id that its detokenizer leaves out (llama.cpp
+        renders control tokens as nothing unless asked; llama-cpp-python's
+        ``/extras/detokenize`` does not ask). A server whose detokenizer spells them out
+        teaches nothing here: its prompts stay as they were (README, "Known limit")."""
+        for m in dict.fromkeys(CONTROL_SHAPE.findall(text)):
+            if m in self._learned or m in self._ordinary:
+                continue
+            ids = self._server_ids(m)
+            if len(ids) == 1 and ids[0] not in self._learned_text and self._detokenize_server(ids) == "":
+                self._learned[m], self._learned_text[ids[0]] = ids[0], m
+            else:
+                self._ordinary[m] = None
+                if len(self._ordinary) > SHAPES_KEPT:
+                    del self._ordinary[next(iter(self._ordinary))]
+        return self._learned
+
+    def control_spellings(self, text: str = "") -> dict[str, int]:
+        """The GGUF's control tokens with ``--model``; else those the server taught so
+        far, after asking it about ``text``'s (:meth:`_classify`); none in character mode."""
+        mode = self._tokenizer()
+        if mode == "model":
+            return super().control_spellings(text)
+        if mode == "server":
+            return self._classify(encodable(text))
+        return {}
+
     def detokenize(self, ids: Sequence[int], prev: Sequence[int] | None = None) -> str:
         mode = self._tokenizer()
         if mode == "model":
             return self._vocab.detokenize(ids, prev)
         if mode == "chars":
             return "".join(map(chr, ids))
+        return self._detokenize_server(ids)
+
+    def _detokenize_server(self, ids: Sequence[int]) -> str:
         path = self._tok_path.replace("tokenize", "detokenize")
         try:
             r = self._http.post(path, json={"tokens": [int(i) for i in ids],
@@ -496,7 +577,9 @@ class RemoteTarget(Target):
         ids = list(ids)
         if ids and self.add_bos and ids[0] == self.bos_token_id:
             ids = ids[1:]
-        render = self._text_of if self._tokenizer() == "model" else self.detokenize
+        mode = self._tokenizer()
+        render = (self._text_of if mode == "model" else self._server_text if mode == "server"
+                  else self.detokenize)
         if not self._fim_text or not any(i in self._fim_text for i in ids):
             return render(ids)
         out, run = [], []  # FIM markers of assistd's own: spelled out between the runs
@@ -527,16 +610,40 @@ class RemoteTarget(Target):
         for i in ids + [None]:
             if i is None or i in special:
                 if run:
-                    text = self._vocab.text_of(run)
-                    for m in marks:
-                        if m in text:
-                            text = text.replace(m, m[0] + "\u200b" + m[1:])
-                    out.append(text)
+                    out.append(defuse(self._vocab.text_of(run), marks))
                     run = []
                 if i is not None:
                     out.append(self._vocab.text_of([i]))
             else:
                 run.append(i)
+        return "".join(out)
+
+    def _server_text(self, ids: list[int]) -> str:
+        """``ids`` as text for the server, without a local tokenizer: the control tokens
+        the server taught (:meth:`_classify`) spelled out, and their spellings inside the
+        text between them defused (:func:`defuse`), as :meth:`_text_of` does with the
+        GGUF. One detokenize request: each control token stands in as :data:`_SENTINEL`."""
+        controls = [i for i in ids if i in self._learned_text]
+        if not controls:
+            return defuse(self._detokenize_server(ids), self._learned)
+        if self._sentinel is None:
+            self._sentinel = self._server_ids(_SENTINEL)
+        joined = [t for i in ids for t in (self._sentinel if i in self._learned_text else (i,))]
+        parts = self._detokenize_server(joined).split(_SENTINEL)
+        if len(parts) != len(controls) + 1:  # the text holds the sentinel itself
+            parts, run = [], []
+            for i in ids:
+                if i in self._learned_text:
+                    parts.append(self._detokenize_server(run) if run else "")
+                    run = []
+                else:
+                    run.append(i)
+            parts.append(self._detokenize_server(run) if run else "")
+        for text in parts:  # spellings the pieces form together are asked about too
+            self._classify(text)
+        out = [defuse(parts[0], self._learned)]
+        for i, text in zip(controls, parts[1:]):
+            out += [self._learned_text[i], defuse(text, self._learned)]
         return "".join(out)
 
     def prompt_tokens(self, ids: Sequence[int]) -> int:
@@ -549,7 +656,7 @@ class RemoteTarget(Target):
         return self._vocab.pieces() if self._vocab else [b"\0" * 64]
 
     def special_ids(self) -> frozenset[int]:
-        return self._vocab.special_ids() if self._vocab else frozenset()
+        return self._vocab.special_ids() if self._vocab else frozenset(self._learned_text)
 
     def fim_tokens(self) -> tuple[int, int, int] | None:
         """The FIM ids ``(prefix, suffix, middle)``, or None (prefix-only prompts).
@@ -589,7 +696,7 @@ class RemoteTarget(Target):
             mode = self._tokenizer()
             if mode == "server":
                 for family, markers in FIM_FAMILIES.items():
-                    if all(len(self.tokenize(m)) == 1 for m in markers):
+                    if all(len(self._server_ids(m)) == 1 for m in markers):
                         log.info("remote Target %s: FIM layout %s (the server's tokenizer has"
                                  " its markers)", self.url, family)
                         return self._markers(family)

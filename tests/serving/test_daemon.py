@@ -216,12 +216,6 @@ def test_oversized_body_and_bad_chat(uds):
     assert uds.get("/v1/models/gpt-4").status_code == 404
 
 
-@pytest.mark.xfail(on_remote_target(), strict=True, reason=(
-    "product limit on the remote Target without a GGUF (--model), open: the server"
-    " tokenizes the prompt with special tokens parsed, and llama-cpp-python takes text"
-    " prompts only, so a message's '<|im_start|>' is the control token there; with the"
-    " GGUF it is defused (tests/targets/test_remote.py); fix: token-id prompts where the"
-    " server takes them (vLLM, llama-server)"))
 def test_message_text_cannot_forge_control_tokens(uds):
     """`<|im_start|>` inside a message is text (several tokens), not the control token:
     a message cannot open a system turn of its own."""
