@@ -67,7 +67,8 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
         if not target_url:
             raise InputError("--backend openai needs --target-url URL (the server's base URL,"
                              " e.g. http://127.0.0.1:8080)")
-        return RemoteTarget(target_url, key=read_key(target_key_file), model_name=target_model,
+        return RemoteTarget(target_url, key=read_key(target_key_file), key_file=target_key_file,
+                            model_name=target_model,
                             tokenizer=model, n_ctx=n_ctx, timeout_s=target_timeout_s,
                             ca_bundle=target_ca_bundle, context=target_context,
                             fim=target_fim)

@@ -68,7 +68,7 @@ BACKOFF_S = (0.25, 1.0)  # waits between retries without a Retry-After
 CONNECT_TIMEOUT_S = 5.0
 CHARS_PER_TOKEN = 4  # the character budget when no tokenizer is known
 POLL_S = 0.02  # how often a waiting generation checks cancelled()
-PROBE_EVERY_S = 10.0  # status probes /v1/models at most this often
+PROBE_EVERY_S = 3.0  # status probes /v1/models at most this often
 
 
 # FIM layouts by model family: the (prefix, suffix, middle) markers, sent in that
@@ -135,6 +135,37 @@ def read_key(path: Path | str | None, environ=None) -> str | None:
     if not key:
         raise InputError(f"target key file {p} is empty")
     return key
+
+
+class _KeyFile(httpx.Auth):
+    """The bearer key of a key file, read again when the file changes (its mtime or
+    size), so that a key rotated in place is used from the next request on without a
+    restart. A file that turns bad (mode, empty, gone) keeps the last good key and
+    warns once per change."""
+
+    def __init__(self, path: Path | str, key: str | None):
+        self.path, self.key = Path(path).expanduser(), key
+        self._seen = self._stamp()
+
+    def _stamp(self):
+        try:
+            st = self.path.stat()
+            return (st.st_mtime_ns, st.st_size, st.st_mode)
+        except OSError:
+            return None
+
+    def auth_flow(self, request):
+        stamp = self._stamp()
+        if stamp != self._seen:
+            self._seen = stamp
+            try:
+                self.key = read_key(self.path)
+                log.info("target key file %s changed: the new key is used", self.path)
+            except InputError as e:
+                log.warning("warning: %s; the key read before is still used", e)
+        if self.key:
+            request.headers["Authorization"] = f"Bearer {self.key}"
+        yield request
 
 
 def is_this_machine(host: str) -> bool:
@@ -303,7 +334,8 @@ class _LlamaVocab:
 class RemoteTarget(Target):
     """A model behind an OpenAI-compatible server at ``url``.
 
-    ``key``: the bearer key (see :func:`read_key`), or None. ``model_name``: the
+    ``key``: the bearer key (see :func:`read_key`), or None; ``key_file``: the file it
+    came from, read again when it changes (a key rotated in place). ``model_name``: the
     ``model`` field sent (None: the server's first in ``/v1/models``, or none).
     ``tokenizer``: a GGUF whose vocabulary is the server model's (see the module), or
     None. ``n_ctx``: the server's context window, in its tokens (assistd cannot always
@@ -325,7 +357,8 @@ class RemoteTarget(Target):
     speculation_off = ("remote Target: the server decodes (its own speculation, or none);"
                        " assistd does not verify drafts against it")
 
-    def __init__(self, url: str, *, key: str | None = None, model_name: str | None = None,
+    def __init__(self, url: str, *, key: str | None = None, key_file: Path | str | None = None,
+                 model_name: str | None = None,
                  tokenizer: Path | str | None = None, n_ctx: int = 2048,
                  timeout_s: float = 30.0, ca_bundle: Path | str | None = None,
                  context: str = "all", fim: str = "auto", environ=None):
@@ -350,10 +383,11 @@ class RemoteTarget(Target):
                         " (and the key) cross the network unencrypted; use https://", self.url)
         self._tokenizer_path = Path(tokenizer).expanduser() if tokenizer else None
         self._vocab = _LlamaVocab(self._tokenizer_path) if tokenizer else None
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._keyed = bool(key)
+        auth = _KeyFile(key_file, key) if key_file else None
+        headers = {"Authorization": f"Bearer {key}"} if key and not auth else {}
+        self._keyed = bool(key or auth)
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, follow_redirects=False, trust_env=True,
+            base_url=self.url, headers=headers, auth=auth, follow_redirects=False, trust_env=True,
             verify=verify,
             timeout=httpx.Timeout(self.timeout_s, connect=min(CONNECT_TIMEOUT_S, self.timeout_s)))
         self._mode = "model" if self._vocab else None  # "model" | "server" | "chars"
@@ -412,16 +446,20 @@ class RemoteTarget(Target):
     def status(self) -> dict:
         """The remote Target's state for ``assistd status``: ``url``, ``reachable``
         (bool, or None before any contact), ``model``, ``latency_ms`` (the last
-        request's time to its answer's headers), ``last_error``, ``tokenizer``. Never
-        blocks: when the state is older than :data:`PROBE_EVERY_S` a probe starts on a
-        thread of its own and the next call shows its result."""
+        request's time to its answer's headers), ``last_error``, ``tokenizer``,
+        ``checked_ago_s`` (how old that state is, seconds; None before any contact). Never
+        blocks (the daemon answers status on its event loop): when the state is older
+        than :data:`PROBE_EVERY_S` a probe starts on a thread of its own and the next call
+        shows its result; a failed generation marks the server unreachable at once."""
         checked = self.state["checked_at"]
         stale = checked is None or time.time() - checked > PROBE_EVERY_S
         if stale and (self._prober is None or not self._prober.is_alive()):
             self._prober = threading.Thread(target=self.probe, name="assistd-remote-probe",
                                             daemon=True)
             self._prober.start()
-        return {"url": self.url, **self.state, "tokenizer": self._mode or "unknown yet"}
+        ago = None if checked is None else round(max(0.0, time.time() - checked), 1)
+        return {"url": self.url, **self.state, "tokenizer": self._mode or "unknown yet",
+                "checked_ago_s": ago}
 
     def _seen(self, ms: float, model: str | None = None) -> None:
         self.state.update(reachable=True, latency_ms=round(ms, 2), last_error=None,

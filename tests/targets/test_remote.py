@@ -18,7 +18,7 @@ import pytest
 
 from assistd.ground.errors import InputError
 from assistd.runtime.runtime import Runtime
-from assistd.targets.open import default_model_path
+from assistd.targets.open import default_model_path, open_target
 from assistd.targets.remote import RemoteTarget, RemoteTargetError, read_key
 from tests.daemon_helpers import free_port
 from tests.remote_helpers import GREEDY, PROMPT, reset_cache, server_completion  # noqa: F401
@@ -605,3 +605,40 @@ def test_a_certificate_that_does_not_verify_names_the_ca_bundle(tmp_path):
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def test_a_key_rotated_in_place_is_used_without_a_restart(keyed_llama_server, tmp_path, caplog):
+    """The key file is read again when it changes: a wrong key refused, the file
+    rewritten with the right one, the next request passes; a file turned unreadable
+    by others keeps the last good key (a warning, not an outage)."""
+    key = tmp_path / "key"
+    key.write_text("sk-wrong\n")
+    key.chmod(0o600)
+    t = open_target(None, backend="openai", target_url=keyed_llama_server, target_key_file=key)
+    try:
+        with pytest.raises(RemoteTargetError, match="refused the key"):
+            t.tokenize("def f")
+        key.write_text("sk-test-3f9d2c\n")  # the same file, edited in place
+        assert len(t.tokenize("def f")) >= 1
+        key.chmod(0o644)
+        with caplog.at_level(logging.WARNING, logger="assistd.targets.remote"):
+            assert t.probe()["reachable"] is True
+        assert "readable by others" in caplog.text and "sk-test-3f9d2c" not in caplog.text
+    finally:
+        t.close()
+
+
+def test_status_says_how_old_its_state_is_and_a_failure_shows_at_once(fault, tmp_path):
+    """``checked_ago_s`` is the state's age; a failed generation marks the server
+    unreachable without waiting for the next probe."""
+    rt = remote_runtime(tmp_path, fault.url, model=default_model_path())
+    try:
+        st = rt.target.status()
+        assert st["reachable"] is True and 0 <= st["checked_ago_s"] < 60
+        fault.mode = "500"
+        with pytest.raises(RemoteTargetError):
+            run(rt, "x")
+        st = rt.target.status()
+        assert st["reachable"] is False and "HTTP 500" in st["last_error"]
+    finally:
+        rt.close()
