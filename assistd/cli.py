@@ -89,6 +89,20 @@ _complete_backend_option = click.option(
 )
 
 
+class _FimChoice(click.ParamType):
+    """--target-fim: auto, none or a FIM family (checked here, so that the error names
+    the flag; the families are read only when a value is given: no httpx at start)."""
+
+    name = "auto|none|FAMILY"
+
+    def convert(self, value, param, ctx):
+        from assistd.targets.remote import FIM_SETTINGS
+
+        if value not in FIM_SETTINGS:
+            self.fail(f"must be one of {', '.join(FIM_SETTINGS)}, not {value!r}", param, ctx)
+        return value
+
+
 def _remote_options(fn=None, *, env: bool = False):
     """--target-url and its companions (backend openai), for `complete`, `mcp` and `serve`;
     ``env``: each also read from its ``ASSISTD_*`` variable (serve's config reads those)."""
@@ -119,7 +133,7 @@ def _remote_options(fn=None, *, env: bool = False):
                      help="backend openai: what prompts carry to the server besides the"
                           " document: all (also secret-filtered snippets of other open"
                           " files) or file (the document only). [default: all]"),
-        click.option("--target-fim", default=None, metavar="auto|none|FAMILY",
+        click.option("--target-fim", type=_FimChoice(), default=None, metavar="auto|none|FAMILY",
                      **envvar("TARGET_FIM"),
                      help="backend openai: the FIM layout of editors' prompts (the LSP's;"
                           " `complete` sends the text before the cursor): auto (the"
@@ -533,6 +547,13 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
     if backend != "openai" and target_url:  # would silently go unused
         raise click.BadParameter(f"needs --backend openai (the backend is {backend})",
                                  param_hint="'--target-url'")
+    if backend == "openai" and (draft_model is not None or proposer == "draft_model"):
+        # the plan would drop it without a word: the server decodes, nothing verifies here
+        raise click.UsageError(
+            f"{'--draft-model' if draft_model is not None else '--proposer draft_model'} does"
+            " not work with --backend openai: a remote Target decodes on its server and"
+            " assistd verifies no drafts against it; drop the draft model, or use a local"
+            " --backend (llama, torch)")
     text, prompt_text, default_repo = read_prompt(file_, line, column)
     source = click.get_current_context().get_parameter_source("proposer")
     if draft_model is not None and source is click.core.ParameterSource.DEFAULT:
@@ -602,7 +623,7 @@ def _complete_daemon(use_daemon):
 
 def _print_completion(out: dict, as_json: bool) -> None:
     """Print a daemon's ``Completion.as_dict()`` as ``complete`` prints its own."""
-    from assistd.ground.ledger import Ledger
+    from assistd.runtime.session import summary_line
 
     if as_json:
         click.echo(json.dumps(out))
@@ -610,9 +631,7 @@ def _print_completion(out: dict, as_json: bool) -> None:
     text = out["completion"]
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
-    fields = Ledger.__dataclass_fields__
-    ledger = Ledger(**{k: v for k, v in out["ledger"].items() if k in fields})
-    click.echo(ledger.summary() + f" stop={out['stop_reason']} daemon=yes", err=True)
+    click.echo(summary_line(out), err=True)
 
 
 @cli.group()
@@ -1022,11 +1041,25 @@ def serve(config_file, print_config, **flags):
         click.echo(f"log_path = {json.dumps(str(config.log_path()))}")
         if config.tcp:
             click.echo(f"token_path = {json.dumps(str(config.token_path()))}")
+        click.echo(_key_line(config))
         return
     from assistd.serving.daemon import serve as run
     from editors.server import serve_hosted
 
     run(config, lsp_host=serve_hosted)  # the roof composes: the daemon hosts editor sessions
+
+
+def _key_line(config) -> str:
+    """--print-config's line on $ASSISTD_TARGET_KEY: whether it is set (never its value),
+    and whether a target_key_file takes its place."""
+    import os
+
+    from assistd.targets.remote import KEY_ENV
+
+    state = "set" if os.environ.get(KEY_ENV) else "not set"
+    note = " (unused: target_key_file is read instead)" if (
+        config.target_key_file and state == "set") else ""
+    return f"# ${KEY_ENV}: {state}{note}; its value is never printed"
 
 
 @cli.command()
@@ -1064,6 +1097,8 @@ def status(as_json):
                    + (f", model {remote['model']}" if remote.get("model") else "")
                    + (f", latency {remote['latency_ms']:.0f} ms" if remote.get("latency_ms")
                       is not None else "")
+                   + (f" (checked {remote['checked_ago_s']:.0f} s ago)"
+                      if remote.get("checked_ago_s") is not None else "")
                    + (f"; last error: {remote['last_error']}" if remote.get("last_error") else ""))
     click.echo(f"requests: {st['requests']}; tokens generated {st['tokens_generated']};"
                f" editor sessions {st.get('lsp_sessions', 0)}")
@@ -1074,6 +1109,7 @@ def status(as_json):
                + (f", {w['restarts']} restarts" if w.get("restarts") else "")
                + (f", retry in {w['retry_in_s']:.0f} s" if w.get("retry_in_s") is not None
                   else "")
+               + (f" ({w['off_reason']})" if w.get("off_reason") else "")
                + (f"; last error: {w['error']}" if w.get("error") else ""))
     conns = st.get("connections")
     if conns:
@@ -1140,13 +1176,11 @@ def mcp(no_daemon, model, n_ctx, backend, target_url, target_key_file, target_mo
     if backend == "openai":
         # Checked now, not at the first tool call: an agent's `claude mcp add` would
         # not see a mistyped URL, a readable key file or a bad --target-fim until then.
-        from assistd.targets.remote import FIM_SETTINGS, base_url, read_key
+        # (--target-fim: its option type)
+        from assistd.targets.remote import base_url, read_key
 
         base_url(target_url)
         read_key(target_key_file)
-        if (target_fim or "auto") not in FIM_SETTINGS:
-            raise click.BadParameter(f"must be one of {', '.join(FIM_SETTINGS)}, not"
-                                     f" {target_fim!r}", param_hint="'--target-fim'")
         options.update(target_url=target_url, target_key_file=target_key_file,
                        target_model=target_model, target_ca_bundle=target_ca_bundle,
                        target_timeout_s=(target_timeout_ms or 30_000) / 1000,

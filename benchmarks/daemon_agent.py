@@ -196,7 +196,7 @@ def wait_watching(daemon, timeout_s: float = 900) -> dict:
         if w.get("state") == "watching":
             return st
         if w.get("state") in ("failed", "stopped"):
-            sys.exit(f"the daemon's watcher is {w.get('state')}: {w.get('error')}")
+            sys.exit(f"the daemon's watcher is {w.get('state')}: {(w.get('error') or w.get('off_reason'))}")
         time.sleep(0.5)
     sys.exit("the daemon's watcher did not finish its initial scan in time")
 

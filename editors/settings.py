@@ -233,7 +233,7 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
 # The environment variables of the Target's settings: the names `assistd serve` reads.
 ENVIRONMENT = {f"ASSISTD_{name.upper()}": name for name in (
     "backend", "target_url", "target_model", "target_key_file", "target_ca_bundle",
-    "target_timeout_ms")}
+    "target_timeout_ms", "target_context")}
 
 
 def environment_settings(environ=None) -> tuple[Settings, list[str]]:

@@ -359,3 +359,77 @@ def test_draft_model_option_implies_the_proposer_and_names_itself_on_a_bad_file(
                 db=tmp_path / "h.db")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert r.stderr.startswith("error: --draft-model ") and "--model PATH" not in r.stderr
+
+
+# -- the remote Target's options (issue 25) ----------------------------------------------
+
+
+def _run(*args, env=None, cwd=None):
+    """``assistd ARGS`` with ``env`` over this environment less its Target variables
+    (``--target remote`` sets them): the test's own flags, files or ``env`` say it."""
+    base = {k: v for k, v in os.environ.items()
+            if k != "ASSISTD_BACKEND" and not k.startswith("ASSISTD_TARGET_")}
+    return subprocess.run([sys.executable, "-m", "assistd", *map(str, args)], capture_output=True,
+                          text=True, env={**base, **(env or {})}, cwd=cwd, timeout=120)
+
+
+def test_a_bad_target_fim_names_the_flag_or_the_file_it_came_from(tmp_path):
+    """`--target-fim nope` said `target_fim must be ...` (the config key) and a config
+    file's bad value did not say which file: now a flag's error names the flag, a
+    file's the file and the key, a variable's the variable."""
+    url = "http://127.0.0.1:9"
+    f = tmp_path / "c.toml"
+    f.write_text(f'backend = "openai"\ntarget_url = "{url}"\n')
+    r = _run("serve", "--config", f, "--target-fim", "nope", "--print-config")
+    assert r.returncode == 2 and "'--target-fim'" in r.stderr and "not 'nope'" in r.stderr
+    r = _run("complete", "--file", "-", "--backend", "openai", "--target-url", url,
+             "--target-fim", "nope", cwd=tmp_path)
+    assert r.returncode == 2 and "'--target-fim'" in r.stderr and "target_fim" not in r.stderr
+    f.write_text(f'backend = "openai"\ntarget_url = "{url}"\ntarget_fim = "nope"\n')
+    r = _run("serve", "--config", f, "--print-config")
+    one_line_error(r, f"config file {f}: target_fim must be one of auto, none", "not 'nope'")
+    f.write_text('backend = "openai"\ntarget_url = "ftp://x"\n')
+    r = _run("serve", "--config", f, "--print-config")
+    one_line_error(r, f"config file {f}: target_url 'ftp://x' must be http(s)://")
+    r = _run("serve", "--print-config", env={"ASSISTD_TARGET_FIM": "nope",
+                                            "ASSISTD_BACKEND": "openai",
+                                            "ASSISTD_TARGET_URL": url})
+    one_line_error(r, "$ASSISTD_TARGET_FIM: target_fim must be one of")
+
+
+def test_print_config_says_whether_the_target_key_is_set_never_the_key(tmp_path):
+    secret = "sk-print-config-7e1f0a"
+    r = _run("serve", "--print-config", env={"ASSISTD_TARGET_KEY": secret})
+    assert r.returncode == 0, r.stderr
+    assert "# $ASSISTD_TARGET_KEY: set;" in r.stdout
+    assert secret not in r.stdout and secret not in r.stderr
+    r = _run("serve", "--print-config", "--target-key-file", tmp_path / "k",
+             env={"ASSISTD_TARGET_KEY": secret})
+    assert "$ASSISTD_TARGET_KEY: set (unused: target_key_file is read instead)" in r.stdout
+    assert secret not in r.stdout
+    r = _run("serve", "--print-config")  # (the variable is not passed on)
+    assert r.returncode == 0 and "# $ASSISTD_TARGET_KEY: not set;" in r.stdout
+
+
+@pytest.mark.parametrize("how", ["flags", "environment", "proposer"])
+def test_a_draft_model_with_the_remote_target_is_refused(repo, how):
+    """`--draft-model` with `--backend openai` was dropped without a word (the server
+    decodes; nothing verifies a draft here): now a usage error, before anything loads
+    or any server is asked (none answers on this URL)."""
+    from assistd.targets.open import default_model_path
+
+    remote = ["--backend", "openai", "--target-url", "http://127.0.0.1:9"]
+    args = ["complete", "--file", repo / "users.py", "--no-daemon"]
+    env = None
+    if how == "flags":
+        args += [*remote, "--draft-model", default_model_path()]
+    elif how == "environment":  # the backend from the variables `serve` reads too
+        args += ["--draft-model", default_model_path()]
+        env = {"ASSISTD_BACKEND": "openai", "ASSISTD_TARGET_URL": "http://127.0.0.1:9"}
+    else:
+        args += [*remote, "--proposer", "draft_model"]
+    r = _run(*args, env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    flag = "--proposer draft_model" if how == "proposer" else "--draft-model"
+    assert f"{flag} does not work with --backend openai" in r.stderr
+    assert "verifies no drafts" in r.stderr

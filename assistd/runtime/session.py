@@ -11,6 +11,7 @@ from pathlib import Path
 
 from assistd.decoding.engine import Generation
 from assistd.ground.errors import InputError
+from assistd.ground.ledger import Ledger
 from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.runtime import Runtime
@@ -126,6 +127,7 @@ class Completion:
             "history": self.history,
             "index": self.index.as_dict() if self.index else None,
             "ledger": g.ledger.as_dict(),
+            "speculation_off": g.speculation_off,  # why the proposer given was not used
         }
 
 
@@ -196,8 +198,30 @@ def complete_at(
 
 
 def ledger_line(c: Completion) -> str:
-    line = c.generation.ledger.summary() + f" stop={c.generation.stop_reason}"
-    if c.generation.speculation_off:
-        line += f" speculation=off ({c.generation.speculation_off})"
-    return line
+    """The one line ``assistd complete`` prints to stderr for ``c``."""
+    return summary_line(c.as_dict())
+
+
+def summary_line(out: dict) -> str:
+    """The stderr line of a ``Completion.as_dict()``, made here or by the daemon (whose
+    ``daemon`` key adds ``daemon=yes``): the same line either way, a remote Target's
+    ``target=remote`` summary included."""
+    line = ledger_of(out["ledger"]).summary() + f" stop={out['stop_reason']}"
+    if out.get("speculation_off"):
+        line += f" speculation=off ({out['speculation_off']})"
+    return line + (" daemon=yes" if out.get("daemon") else "")
+
+
+def ledger_of(data: dict) -> Ledger:
+    """A ledger back from its ``as_dict()``: a :class:`RemoteLedger` when it says
+    ``target: remote``, else a :class:`Ledger` (the computed rates are dropped)."""
+    cls = Ledger
+    if data.get("target") == "remote":
+        from assistd.targets.remote import RemoteLedger  # (httpx: only for a remote one)
+
+        cls = RemoteLedger
+    kept = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+    if "server_usage" in kept:
+        kept["server_usage"] = kept["server_usage"] or {}  # None on the wire
+    return cls(**kept)
 

@@ -241,9 +241,12 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
     config = service.config
     max_piece = max((len(b) for b in service.target.pieces()), default=1) or 1
 
+    # "remote": the id a remote Target was listed under before it listed the server's own
+    aliases = ("assistd", "remote") if getattr(service.target, "remote", False) else ("assistd",)
+
     def checked(req: _Common, max_tokens: int | None) -> None:
         check_common(req, max_tokens, model_id=service.model_id,
-                     max_tokens_limit=config.max_tokens_limit)
+                     max_tokens_limit=config.max_tokens_limit, aliases=aliases)
 
     def fits(text: str) -> None:
         check_prompt_bytes(text, n_ctx=service.target.n_ctx, max_piece=max_piece)
@@ -307,7 +310,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
                                             backend=service.target.backend))
 
     async def model(request: Request):
-        check_model(request.path_params["model"], model_id=service.model_id)
+        check_model(request.path_params["model"], model_id=service.model_id, aliases=aliases)
         return JSONResponse(model_body(service.model_id, int(service.started_at)))
 
     async def healthz(request: Request):

@@ -9,9 +9,11 @@ environment variable of ``max_history_mb`` is ``ASSISTD_MAX_HISTORY_MB``. Lists
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -175,45 +177,87 @@ def _coerce(name: str, value, where: str):
         raise InputError(f"{where}: {name} must be {e}, not {value!r}") from None
 
 
-def _validate(c: Config) -> Config:
-    if c.backend not in ("llama", "torch", "openai"):
-        raise InputError(f"backend must be llama or torch (local) or openai (a remote server),"
-                         f" not {c.backend!r}")
+def _named(message: str, key: str, origins: dict[str, str]) -> str:
+    """``message`` (an error about setting ``key``) naming where the value came from: the
+    flag itself when a flag gave it (``--target-fim must be ...``), else the config file
+    or variable before the key (``config file F: target_fim must be ...``)."""
+    where = origins.get(key)
+    flag = "--" + key.replace("_", "-")
+    if where is None:
+        return message
+    if where.startswith("--"):
+        message = message.replace(f"{key} = ", f"{key} ")  # "tcp = 'x' is not ..."
+        if re.search(rf"(?<![\w-]){key}\b", message):
+            return re.sub(rf"(?<![\w-]){key}\b", where, message, count=1)
+        return message if flag in message else f"{where}: {message}"
+    message = message.replace(flag, key)  # (helpers name the flag: it did not come from one)
+    return f"{'' if where.startswith('$') else 'config file '}{where}: {message}"
+
+
+def _validate(c: Config, origins: dict[str, str] | None = None) -> Config:
+    """``c`` checked; each error names the setting as the user gave it (``origins``:
+    setting -> the file, ``$VARIABLE`` or ``--flag`` it came from). Raises InputError."""
+    origins = origins or {}
+
+    @contextlib.contextmanager
+    def about(key: str):
+        try:
+            yield
+        except InputError as e:
+            raise InputError(_named(str(e), key, origins)) from None
+
+    with about("backend"):
+        if c.backend not in ("llama", "torch", "openai"):
+            raise InputError(f"backend must be llama or torch (local) or openai (a remote"
+                             f" server), not {c.backend!r}")
     if c.backend == "openai":
-        if not c.target_url:
-            raise InputError("backend openai needs target_url (the server's base URL, e.g."
-                             " http://127.0.0.1:8080)")
-        from assistd.targets.remote import base_url
+        with about("backend"):
+            if not c.target_url:
+                raise InputError("backend openai needs target_url (--target-url: the server's"
+                                 " base URL, e.g. http://127.0.0.1:8080)")
+        from assistd.targets.remote import CONTEXT_SETTINGS, FIM_SETTINGS, base_url
 
-        base_url(c.target_url)
-        from assistd.targets.remote import CONTEXT_SETTINGS, FIM_SETTINGS
-
-        if c.target_context not in CONTEXT_SETTINGS:
-            raise InputError(f"target_context must be all or file, not {c.target_context!r}")
-        if c.target_fim not in FIM_SETTINGS:
-            raise InputError(f"target_fim must be one of {', '.join(FIM_SETTINGS)},"
-                             f" not {c.target_fim!r}")
+        with about("target_url"):
+            base_url(c.target_url)
+        with about("target_context"):
+            if c.target_context not in CONTEXT_SETTINGS:
+                raise InputError(f"target_context must be all or file, not {c.target_context!r}")
+        with about("target_fim"):
+            if c.target_fim not in FIM_SETTINGS:
+                raise InputError(f"target_fim must be one of {', '.join(FIM_SETTINGS)},"
+                                 f" not {c.target_fim!r}")
     elif c.target_url:  # a URL the user gave would silently go unused
-        raise InputError(f"target_url is set but backend is {c.backend!r}: set backend"
-                         " openai (--backend openai) to use the remote server, or drop the URL")
-    if c.numerics not in ("exact", "fast"):
-        raise InputError(f"numerics must be exact or fast, not {c.numerics!r}")
-    parse_k(c.k)
-    if c.sequences != "auto" and not (c.sequences.isdigit() and 1 <= int(c.sequences) <= 64):
-        raise InputError(f"sequences must be 'auto' or a number 1..64, not {c.sequences!r}")
+        with about("target_url"):
+            raise InputError(f"target_url is set but backend is {c.backend!r}: set backend"
+                             " openai (--backend openai) to use the remote server, or drop"
+                             " the URL")
+    with about("numerics"):
+        if c.numerics not in ("exact", "fast"):
+            raise InputError(f"numerics must be exact or fast, not {c.numerics!r}")
+    with about("k"):
+        parse_k(c.k)
+    with about("sequences"):
+        if c.sequences != "auto" and not (c.sequences.isdigit() and 1 <= int(c.sequences) <= 64):
+            raise InputError(f"sequences must be 'auto' or a number 1..64, not {c.sequences!r}")
     from assistd.runtime.runtime import check_proposer
 
-    check_proposer(c.proposer)
-    if c.n_ctx < 64:
-        raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
+    with about("proposer"):
+        check_proposer(c.proposer)
+    with about("n_ctx"):
+        if c.n_ctx < 64:
+            raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
     for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit",
                  "header_timeout_ms", "max_connections", "editor_initialize_timeout_ms",
                  "max_editor_sessions", "log_repeat_window_ms", "target_timeout_ms"):
-        if getattr(c, name) < 1:
-            raise InputError(f"{name} must be at least 1, not {getattr(c, name)}")
-    if c.log_level.lower() not in ("debug", "info", "warning", "error"):
-        raise InputError(f"log_level must be debug, info, warning or error, not {c.log_level!r}")
-    c.tcp_address()
+        with about(name):
+            if getattr(c, name) < 1:
+                raise InputError(f"{name} must be at least 1, not {getattr(c, name)}")
+    with about("log_level"):
+        if c.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise InputError(f"log_level must be debug, info, warning or error, not"
+                             f" {c.log_level!r}")
+    with about("tcp"):
+        c.tcp_address()
     return c
 
 
@@ -257,9 +301,10 @@ def load_config(path: Path | None = None, overrides: dict | None = None,
             origins[name] = f"${env}"
     for name, v in (overrides or {}).items():
         if v is not None and v != () and v != []:
-            values[name] = _coerce(name, list(v) if isinstance(v, tuple) else v, f"--{name}")
-            sources.append(f"--{name.replace('_', '-')}")
-            origins[name] = sources[-1]
-    config = _validate(Config(**values))
+            flag = f"--{name.replace('_', '-')}"
+            values[name] = _coerce(name, list(v) if isinstance(v, tuple) else v, flag)
+            sources.append(flag)
+            origins[name] = flag
+    config = _validate(Config(**values), origins)
     config.origins = origins  # for to_toml: where each setting came from
     return config, sources

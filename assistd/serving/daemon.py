@@ -297,8 +297,9 @@ class WatcherThread:
     logs it and starts it again after a backoff: ``backoff_s`` seconds, doubled after
     each failure up to ``max_backoff_s``, back to ``backoff_s`` once a run has stayed
     up ``healthy_s`` seconds. Meanwhile the API serves without it; :meth:`status` says
-    ``state`` ("starting", "scanning", "watching", "restarting", "stopped"),
-    ``restarts``, ``error`` (the last failure) and ``retry_in_s``."""
+    ``state`` ("starting", "scanning", "watching", "restarting", "stopped", or "off":
+    never started, ``off_reason`` says why), ``restarts``, ``error`` (the last failure)
+    and ``retry_in_s``."""
 
     def __init__(self, config: Config, tokenize, fingerprint: str, *,
                  backoff_s: float = 1.0, max_backoff_s: float = 60.0,
@@ -313,6 +314,7 @@ class WatcherThread:
         self.initial: dict | None = None
         self.error: str | None = None
         self.error_at: float | None = None
+        self.off_reason: str | None = None  # why it was never started (state "off")
         self.retry_at: float | None = None  # time.time() of the next start, while waiting
         self._thread = threading.Thread(target=self._run, name="assistd-watcher", daemon=True)
 
@@ -328,7 +330,7 @@ class WatcherThread:
         retry = self.retry_at
         return {"state": self.state, "batches": self.batches, "restarts": self.restarts,
                 "initial_scan": self.initial, "last_batch": self.last_batch,
-                "error": self.error, "error_at": self.error_at,
+                "error": self.error, "error_at": self.error_at, "off_reason": self.off_reason,
                 "retry_in_s": None if retry is None else max(0.0, round(retry - time.time(), 1))}
 
     def _run(self) -> None:
@@ -403,6 +405,16 @@ class WatcherThread:
                     store.close()
 
 
+def target_label(config: Config) -> str:
+    """The configured Target in words, for the log: the model file (or the embedded
+    default), or a remote server's URL, model name and tokenizer (never its key)."""
+    if config.backend != "openai":
+        return config.model or "embedded default"
+    model = config.target_model or "the server's first"
+    tokenizer = config.model or "the server's"
+    return f"remote: {config.target_url}, model {model}, tokenizer {tokenizer}"
+
+
 def serve(config: Config, *, lsp_host=None) -> None:
     """Run the daemon until SIGTERM/SIGINT. ``lsp_host``: the factory of hosted editor
     sessions, served on the socket beside the API's (:mod:`assistd.serving.lsp_host`;
@@ -426,7 +438,7 @@ def serve(config: Config, *, lsp_host=None) -> None:
     if socket_answers(sock_path):  # fail before the load, not after it
         raise InputError(f"a daemon already answers on {sock_path}; `assistd status` shows it")
     service = Service(config)
-    log.info("loading the Target (%s)", config.model or "embedded default")
+    log.info("loading the Target (%s)", target_label(config))
     service.start()
     # Listen only once the Target is loaded: a socket that does not answer would make
     # clients wait, and `assistd complete` would rather run in-process meanwhile.
@@ -452,11 +464,11 @@ def serve(config: Config, *, lsp_host=None) -> None:
     if getattr(service.target, "local_tokenizer", True):
         watcher.start()
     else:  # a remote Target tokenizing on its server: the history would be sent there,
-        # to no use (nothing drafts against a remote Target)
+        # to no use (nothing drafts against a remote Target). A choice, not a failure.
         watcher.state = "off"
-        watcher.error = ("the remote Target's tokenizer is its server's: pass --model"
-                         " GGUF (the server model's) to keep the history up to date here")
-        log.info("history watcher off: %s", watcher.error)
+        watcher.off_reason = ("the remote Target's tokenizer is its server's: pass --model"
+                              " GGUF (the server model's) to keep the history up to date here")
+        log.info("history watcher off: %s", watcher.off_reason)
     app = build_app(service, token)
     guard = ConnectionGuard(config.header_timeout_ms / 1000,
                             raise_fd_limit(config.max_connections, len(sockets),

@@ -45,11 +45,47 @@ MAX_STOPS = 4
 LANGUAGE_RE = re.compile(r"[A-Za-z0-9_.+#-]{1,64}")
 
 SERVER_INSTRUCTIONS = """\
-assistd completes code and text with a small local model (speculative decoding over a
-history of your repositories and agent transcripts). Use complete_code to get the local
+assistd completes code and text with {model} (speculative decoding over a
+history of your repositories and agent transcripts). Use complete_code to get the
 model's continuation at a cursor in a file, continue_text for free text, and
 acceptance_stats to see how well drafting from the history works per language.
 Completions are short and greedy: treat them as suggestions, not as verified code."""
+REMOTE_INSTRUCTIONS = """\
+assistd completes code and text with {model}, which decodes them (assistd
+builds the prompts here; nothing drafts, so acceptance figures stay empty). Use
+complete_code to get the model's continuation at a cursor in a file and continue_text
+for free text. Completions are short and greedy: treat them as suggestions, not as
+verified code."""
+
+
+def target_words(target_options: dict | None,
+                 daemon_status: dict | None = None) -> tuple[str, bool]:
+    """``(the Target in a few words, whether it is remote)`` for the instructions and the
+    tool descriptions: the daemon's Target when ``daemon_status`` (its
+    ``/v1/assistd/status``) is given, else the in-process one ``target_options`` and
+    ``model`` name (``target_options["model"]``: a path, or None for the embedded one).
+
+    >>> target_words({"backend": "openai", "target_url": "http://h:8080", "target_model": "m"})
+    ('the model m of the remote server http://h:8080', True)
+    >>> target_words({"backend": "llama"})
+    ('a small local model', False)
+    """
+    if daemon_status is not None:
+        t = daemon_status.get("target") or {}
+        remote = t.get("remote")
+        if remote is not None:
+            url, name = remote.get("url"), remote.get("model") or daemon_status.get("model")
+        else:
+            url, name = None, daemon_status.get("model")
+    else:
+        o = target_options or {}
+        url = o.get("target_url") if o.get("backend") == "openai" else None
+        name = o.get("target_model") if url else (
+            Path(o["model"]).stem if o.get("model") else None)
+    if url:
+        return (f"the model {name} of the remote server {url}" if name
+                else f"the model of the remote server {url}"), True
+    return (f"the local model {name}" if name else "a small local model"), False
 
 
 class CompletionResult(BaseModel):
@@ -322,19 +358,64 @@ async def _tool_errors(coro):
         raise ToolError(f"internal error: {type(e).__name__}: {e}") from None
 
 
-def build_server(assistant: Assistant):
-    """The :class:`mcp.server.mcpserver.MCPServer` with the three tools over ``assistant``."""
+_COMPLETE_CODE = """\
+Complete the code at a cursor in a file on disk with {model}.
+
+The model sees the file's text before the cursor (the text after it is ignored){drafts}.
+Returns the completion and its ledger: tokens, {figures}tokens_per_s, and daemon
+(whether the running `assistd serve` daemon served it). Errors (missing file, line or
+column past the end) come back as tool errors."""
+_CONTINUE_TEXT = """\
+Continue a text with {model} (greedy{how}).
+
+Returns the continuation and its ledger: tokens, {figures}tokens_per_s, and daemon
+(whether the running `assistd serve` daemon served it). Only the last 1024 tokens of
+the text are seen."""
+_LOCAL_FIGURES = ("acceptance_rate (accepted / drafted tokens), mean_acceptance_length"
+                  " (tokens per verification round), ")
+
+
+def descriptions(model: str, remote: bool) -> dict[str, str]:
+    """The server's instructions and the two generating tools' descriptions for the
+    Target ``model`` (:func:`target_words`): a remote one decodes on its server, so no
+    drafting and no acceptance figures are promised."""
+    if remote:
+        out = {"instructions": REMOTE_INSTRUCTIONS.format(model=model),
+                "complete_code": _COMPLETE_CODE.format(model=model, drafts="", figures=""),
+                "continue_text": _CONTINUE_TEXT.format(model=model, how="; the server decodes",
+                                                       figures="")}
+    else:
+        out = _local_descriptions(model)
+    # one line per paragraph: the templates' line breaks fall mid-sentence once filled
+    return {k: "\n\n".join(" ".join(p.split()) for p in v.split("\n\n")) for k, v in out.items()}
+
+
+def _local_descriptions(model: str) -> dict[str, str]:
+    drafts = (" and drafts from the history of the file's git repository (indexed"
+              " incrementally on first use), so completions follow the repository's own code")
+    return {"instructions": SERVER_INSTRUCTIONS.format(model=model),
+            "complete_code": _COMPLETE_CODE.format(model=model, drafts=drafts,
+                                                   figures=_LOCAL_FIGURES),
+            "continue_text": _CONTINUE_TEXT.format(model=model, how=", speculative decoding",
+                                                   figures=_LOCAL_FIGURES)}
+
+
+def build_server(assistant: Assistant, target: tuple[str, bool] = ("a small local model", False)):
+    """The :class:`mcp.server.mcpserver.MCPServer` with the three tools over ``assistant``;
+    ``target``: :func:`target_words` of the Target the tools run on (their descriptions
+    and the instructions say it)."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
     from assistd import __version__
 
-    server = MCPServer("assistd", version=__version__, instructions=SERVER_INSTRUCTIONS,
+    words = descriptions(*target)
+    server = MCPServer("assistd", version=__version__, instructions=words["instructions"],
                        log_level="WARNING")
     generating = ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                  idempotent_hint=False, open_world_hint=False)
 
-    @server.tool(annotations=generating)
+    @server.tool(annotations=generating, description=words["complete_code"])
     async def complete_code(
         path: Annotated[str, Field(description="File to complete in: an absolute path, or"
                                                " relative to the server's working directory.")],
@@ -345,16 +426,7 @@ def build_server(assistant: Assistant):
         max_tokens: MaxTokens = 64,
         stop: Stops = [],  # noqa: B006 - pydantic copies defaults
     ) -> CompletionResult:
-        """Complete the code at a cursor in a file on disk with assistd's local model.
-
-        The model sees the file's text before the cursor (the text after it is ignored)
-        and drafts from the history of the file's git repository (indexed incrementally
-        on first use), so completions follow the repository's own code. Returns the
-        completion and its ledger: tokens, acceptance_rate (accepted / drafted tokens),
-        mean_acceptance_length (tokens per verification round), tokens_per_s, and
-        daemon (whether the running `assistd serve` daemon served it). Errors (missing
-        file, line or column past the end) come back as tool errors.
-        """
+        """The completion at a cursor in a file (description: :data:`_COMPLETE_CODE`)."""
         from assistd.ground.languages import language_id
 
         async def go():
@@ -365,7 +437,7 @@ def build_server(assistant: Assistant):
 
         return await _tool_errors(go())
 
-    @server.tool(annotations=generating)
+    @server.tool(annotations=generating, description=words["continue_text"])
     async def continue_text(
         text: Annotated[str, Field(min_length=1, description="The text to continue.")],
         max_tokens: MaxTokens = 64,
@@ -377,13 +449,7 @@ def build_server(assistant: Assistant):
             "A git repository (or a directory `assistd index` took) whose history drafts"
             " come from; omit to draft from the text alone."))] = None,
     ) -> CompletionResult:
-        """Continue a text with assistd's local model (greedy, speculative decoding).
-
-        Returns the continuation and its ledger: tokens, acceptance_rate (accepted /
-        drafted tokens), mean_acceptance_length (tokens per verification round),
-        tokens_per_s, and daemon (whether the running `assistd serve` daemon served it).
-        Only the last 1024 tokens of the text are seen.
-        """
+        """The continuation of a text (description: :data:`_CONTINUE_TEXT`)."""
 
         async def go():
             root = None
@@ -422,6 +488,21 @@ def build_server(assistant: Assistant):
     return server
 
 
+def _target_now(assistant: Assistant, options: dict) -> tuple[str, bool]:
+    """:func:`target_words` of the Target calls go to now: the daemon's when one answers
+    (a few ms), else this process's (a daemon started later serves calls but the
+    descriptions, read once by the agent, stay)."""
+    client = assistant._daemon()
+    if client is not None:
+        try:
+            return target_words(None, client.get("/v1/assistd/status"))
+        except Exception:  # noqa: BLE001 - it stopped answering: this process serves
+            log.debug("the daemon's status did not come", exc_info=True)
+        finally:
+            client.close()
+    return target_words(options)
+
+
 def serve_stdio(*, use_daemon: bool = True, model: Path | None = None, db: Path | None = None,
                 n_ctx: int = 2048, target_options: dict | None = None) -> None:
     """Run the MCP server on stdin/stdout until the client closes stdin.
@@ -431,7 +512,9 @@ def serve_stdio(*, use_daemon: bool = True, model: Path | None = None, db: Path 
     the in-process Target and history when no daemon answers.
     """
     engine = InProcessEngine(model=model, db=db, n_ctx=n_ctx, target_options=target_options)
-    server = build_server(Assistant(engine, use_daemon=use_daemon))
+    assistant = Assistant(engine, use_daemon=use_daemon)
+    server = build_server(assistant, _target_now(assistant, {**(target_options or {}),
+                                                             "model": model}))
     try:
         server.run("stdio")
     finally:

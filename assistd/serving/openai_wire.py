@@ -165,11 +165,11 @@ def stop_list(stop: str | list[str] | None) -> list[str]:
 
 
 def check_common(req: _Common, max_tokens: int | None, *, model_id: str,
-                 max_tokens_limit: int) -> None:
-    """The checks both endpoints share: the model (``model_id`` or ``"assistd"``), the
-    fields this daemon does not support, ``max_tokens`` against ``max_tokens_limit``,
+                 max_tokens_limit: int, aliases: tuple[str, ...] = ("assistd",)) -> None:
+    """The checks both endpoints share: the model (``model_id`` or one of ``aliases``),
+    the fields this daemon does not support, ``max_tokens`` against ``max_tokens_limit``,
     at most 4 stop sequences, ``assistd.k``. Raises ApiError."""
-    if req.model not in (model_id, "assistd"):
+    if req.model != model_id and req.model not in aliases:
         raise ApiError(404, f"the model {req.model!r} does not exist; this daemon serves"
                             f" {model_id!r} (see GET /v1/models)",
                        param="model", code="model_not_found")
@@ -272,9 +272,9 @@ def sampling_of(req: _Common) -> SamplingParams:
         raise ApiError(400, str(e)) from None
 
 
-def check_model(mid: str, *, model_id: str) -> None:
-    """``GET /v1/models/{mid}``: ``model_id`` or ``"assistd"``, else a 404."""
-    if mid not in (model_id, "assistd"):
+def check_model(mid: str, *, model_id: str, aliases: tuple[str, ...] = ("assistd",)) -> None:
+    """``GET /v1/models/{mid}``: ``model_id`` or one of ``aliases``, else a 404."""
+    if mid != model_id and mid not in aliases:
         raise ApiError(404, f"the model {mid!r} does not exist", param="model",
                        code="model_not_found")
 
@@ -291,11 +291,34 @@ def usage(prompt_tokens: int, completion_tokens: int, *, ledger: dict, proposer:
           k: int | str, stop_reason: str, queue_ms: float) -> dict:
     """``{"prompt_tokens", "completion_tokens", "total_tokens", "assistd": {"ledger",
     "proposer", "k", "stop_reason", "queue_ms"}}``: OpenAI's usage plus the generation's
-    ledger."""
+    ledger. ``prompt_tokens`` and ``completion_tokens`` are the ids counted here; for a
+    remote Target they are :func:`remote_counts`'."""
+    if ledger.get("target") == "remote":
+        prompt_tokens, completion_tokens = remote_counts(ledger)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "assistd": {"ledger": ledger, "proposer": proposer, "k": k,
                         "stop_reason": stop_reason, "queue_ms": queue_ms}}
+
+
+def remote_counts(ledger: dict) -> tuple[int, int]:
+    """``(prompt tokens, completion tokens)`` of a remote generation's ledger (its
+    ``RemoteLedger.as_dict()``): the server's own ``usage`` where it sent one, else the
+    ledger's counts (the server's tokens as assistd counted them: in character mode,
+    with no tokenizer known, the ids here are characters and the ledger's prompt is
+    characters / 4, its completion one token per streamed chunk).
+
+    >>> remote_counts({"prompt_tokens": 5, "committed_tokens": 4, "server_usage": None})
+    (5, 4)
+    >>> remote_counts({"prompt_tokens": 5, "committed_tokens": 4,
+    ...                "server_usage": {"prompt_tokens": 6, "completion_tokens": 4}})
+    (6, 4)
+    """
+    server = ledger.get("server_usage") or {}
+    prompt, completion = server.get("prompt_tokens"), server.get("completion_tokens")
+    return (int(prompt) if isinstance(prompt, int) else int(ledger.get("prompt_tokens") or 0),
+            int(completion) if isinstance(completion, int)
+            else int(ledger.get("committed_tokens") or 0))
 
 
 def completion_body(rid: str, created: int, model: str, text: str, finish_reason: str,

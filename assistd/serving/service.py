@@ -136,8 +136,10 @@ class Service:
                             "target_timeout_s": c.target_timeout_ms / 1000,
                             "target_context": c.target_context, "target_fim": c.target_fim},
             max_bytes=c.max_bytes)
-        self.model_id = c.model_name or (  # a remote one's path is its URL
-            (c.target_model or "remote") if c.backend == "openai" else Path(self.target.model_path).stem)
+        self.model_id = c.model_name or (  # a remote one's path is its URL: the server's
+            # own model id (asked at open: target_model, else the first of its /v1/models)
+            (self.target.model_name or "remote") if c.backend == "openai"
+            else Path(self.target.model_path).stem)
 
     # The runtime's parts, for the API's prompt checks and status (None before start()).
     target = property(lambda self: self.runtime and self.runtime.target)
@@ -214,7 +216,8 @@ class Service:
         self.generations_cancelled += gen.stop_reason == "cancelled"
         return GenerationResult(text=gen.text, tokens=gen.tokens, stop_reason=gen.stop_reason,
                                 ledger=gen.ledger.as_dict(), proposer=plan.proposer,
-                                k=plan.k if plan.speculative else parse_k(k),
+                                # a remote Target drafts nothing: 0, as its plan says
+                                k=plan.k if plan.speculative or rt.remote else parse_k(k),
                                 queue_ms=round(queue_ms, 2))
 
     def complete_at(self, args: dict) -> Future:

@@ -98,3 +98,16 @@ async def test_lsp_in_process_on_the_remote_target_from_the_environment(llama_se
     finally:
         lsp_helpers.LSP_ARGS[:] = []
     assert f"loading the model of the remote Target {llama_server}" in log.read_text()
+
+
+def test_target_context_is_read_from_the_environment_like_the_other_target_keys():
+    """`ASSISTD_TARGET_CONTEXT` was the one remote Target key an in-process `assistd lsp`
+    did not read from the environment `assistd serve` reads."""
+    base = {"ASSISTD_BACKEND": "openai", "ASSISTD_TARGET_URL": "http://127.0.0.1:8080"}
+    s, w = environment_settings({**base, "ASSISTD_TARGET_CONTEXT": "file"})
+    assert w == [] and s.target_context == "file"
+    s, w = environment_settings({**base, "ASSISTD_TARGET_CONTEXT": "nothing"})
+    assert s.target_context == "all" and len(w) == 1 and "$ASSISTD_TARGET_CONTEXT" in w[0]
+    s, w = parse_settings({"targetContext": "all"}, environment_settings(
+        {**base, "ASSISTD_TARGET_CONTEXT": "file"})[0])
+    assert s.target_context == "all"  # an editor's own setting still goes over it

@@ -243,3 +243,22 @@ def test_mcp_refuses_bad_remote_options_at_start(tmp_path, args, message):
                         "openai", *args], input="", capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert message in r.stderr and "sk-test" not in r.stderr
+
+
+async def test_the_instructions_and_tools_describe_the_configured_target(tmp_path):
+    """They said "small local model" / "assistd's local model" whatever the Target: with
+    `--backend openai` they name the remote server and promise no drafting, else a local
+    model. No tool is called: nothing loads and no server need answer."""
+    env = _env(tmp_path, tmp_path / "no-daemon.sock", tmp_path / "history.db")
+    env.pop("ASSISTD_BACKEND", None), env.pop("ASSISTD_TARGET_URL", None)  # the flags say it
+    url = "http://127.0.0.1:9"
+    for args, remote in (((), False), (("--backend", "openai", "--target-url", url), True)):
+        async with mcp_session(tmp_path, env, "--no-daemon", *args) as s:
+            tools = {t.name: t.description for t in (await s.list_tools()).tools}
+            texts = [s.instructions, tools["complete_code"], tools["continue_text"]]
+        for text in texts:
+            assert (f"remote server {url}" in text) is remote, text
+            assert ("small local model" in text) is not remote, text
+        assert ("drafts from the history" in tools["complete_code"]) is not remote
+        assert ("acceptance_rate" in tools["continue_text"]) is not remote
+        assert all(len(t) > 80 for t in tools.values())

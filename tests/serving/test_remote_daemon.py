@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -59,6 +60,7 @@ def test_status_shows_the_remote_target(remote_daemon):
     p = subprocess.run([sys.executable, "-m", "assistd", "status"], env=remote_daemon.env(),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and f"remote Target {remote_daemon.url}: reachable" in p.stdout
+    assert re.search(r"\(checked \d+ s ago\)", p.stdout)  # how old "reachable" is
 
 
 async def test_lsp_completion_through_the_daemon(remote_daemon):
@@ -82,6 +84,8 @@ def test_the_daemon_starts_while_the_server_is_down_and_serves_once_back(tmp_pat
             r = c.post("/v1/completions", json={"model": "remote", "prompt": "x", "max_tokens": 8})
             assert r.status_code == 503 and "does not answer" in r.json()["error"]["message"]
             fault.start()
+            # no model id came at start: the clear fallback (kept until a restart)
+            assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["remote"]
             r = c.post("/v1/completions", json={"model": "remote", "prompt": "x", "max_tokens": 8})
             assert r.status_code == 200, r.text
             assert r.json()["choices"][0]["text"] == "Hello, world!"
@@ -212,3 +216,121 @@ def test_an_unknown_proposer_is_refused_on_the_remote_target_too(remote_daemon):
         r = c.post("/v1/assistd/complete", json={"prompt_text": PROMPT, "max_tokens": 2,
                                                   "proposer": "ngram"})
         assert r.status_code == 200, r.text
+
+
+# -- a newcomer's rough edges (issue 25) -------------------------------------------------
+
+
+def _log_messages(d) -> list[str]:
+    return [json.loads(line)["msg"] for line in d.log.read_text().splitlines() if line.strip()]
+
+
+def test_the_daemon_names_the_remote_target_and_lists_the_servers_model(remote_daemon):
+    """The log said "loading the Target (embedded default)", /v1/models listed "remote"
+    and the API's usage said k "auto" for a remote Target: now the log names the server
+    and the tokenizer, /v1/models the server's own model id (a request may name it, or
+    "remote" as before), and k is 0 as `complete --json` says (nothing drafts); usage
+    counts what the ledger counts."""
+    msgs = _log_messages(remote_daemon)
+    assert (f"loading the Target (remote: {remote_daemon.url}, model the server's first,"
+            f" tokenizer {default_model_path()})") in msgs
+    assert not any("embedded default" in m for m in msgs)
+    own = httpx.get(f"{remote_daemon.url}/v1/models", timeout=30).json()["data"][0]["id"]
+    with remote_daemon.uds() as c:
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == [own]
+        for name in (own, "remote"):
+            r = c.post("/v1/completions", json={"model": name, "prompt": PROMPT,
+                                                "max_tokens": 3, "temperature": 0})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            usage, led = body["usage"], body["usage"]["assistd"]["ledger"]
+            assert body["model"] == own and usage["assistd"]["k"] == 0
+            assert (usage["prompt_tokens"], usage["completion_tokens"]) == (
+                led["prompt_tokens"], led["committed_tokens"])
+        r = c.post("/v1/completions", json={"model": "other", "prompt": "x"})
+        assert r.status_code == 404 and own in r.json()["error"]["message"]
+        out = c.post("/v1/assistd/complete", json={"prompt_text": PROMPT, "max_tokens": 2}).json()
+    assert out["k"] == 0 and out["proposer"] == "remote"
+
+
+def test_complete_prints_the_remote_stats_line_through_the_daemon_too(remote_daemon, tmp_path):
+    """`assistd complete` through the daemon printed the local ledger's line (rounds,
+    acceptance_rate=n/a...) for a remote Target; `--no-daemon` printed `target=remote`:
+    now both print the same line, the daemon's with `daemon=yes`."""
+    import re
+
+    cmd = [sys.executable, "-m", "assistd", "complete", "--file", str(remote_daemon.repo / "a.py"),
+           "--max-tokens", "4"]
+    lines = []
+    for extra, env in (([], remote_daemon.env()),
+                       (["--no-daemon", "--backend", "openai", "--target-url", remote_daemon.url,
+                         "--model", str(default_model_path())],
+                        {**remote_daemon.env(), "ASSISTD_DB": str(tmp_path / "h.db")})):
+        reset_cache(remote_daemon.url)
+        p = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        lines.append(p.stderr.strip().splitlines()[-1])
+    via, own = lines
+    assert via.startswith("target=remote ") and via.endswith(" daemon=yes"), via
+    assert own.startswith("target=remote ") and "daemon=yes" not in own, own
+    assert "speculation=off (remote Target" in via and "speculation=off (remote Target" in own
+
+    def counts(line):  # the server's figures, not the times
+        return re.findall(r"\b(tokens|prompt|stop)=(\S+)", line)
+
+    assert counts(via) == counts(own) and "rounds=" not in via
+
+
+def test_character_mode_usage_and_the_watcher_off_reason(tmp_path):
+    """A server without a tokenize endpoint and no --model: prompt ids are characters
+    here. The API's usage counted those characters and 0 completion tokens while the
+    ledger said 5 and 4: now usage gives the ledger's counts (the server sent no usage
+    of its own). The watcher is off by choice there: its reason is `off_reason`, and
+    `error` stays for failures. The server is the stand-in FaultServer: llama-cpp-python's
+    has a tokenize endpoint, so it cannot show character mode."""
+    fault = FaultServer().start()
+    d = start_daemon(tmp_path, "--backend", "openai", "--target-url", fault.url)
+    try:
+        prompt = "def f(x):\n    return"  # 20 characters: 5 tokens at 4 a token
+        with d.uds() as c:
+            assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["fake-model"]
+            r = c.post("/v1/completions", json={"model": "fake-model", "prompt": prompt,
+                                                "max_tokens": 8})
+            assert r.status_code == 200, r.text
+            usage = r.json()["usage"]
+            led = usage["assistd"]["ledger"]
+            assert led["server_usage"] is None and led["tokens_from"] == "streamed chunks"
+            assert (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == (
+                led["prompt_tokens"], led["committed_tokens"], 9) == (5, 4, 9)
+            with c.stream("POST", "/v1/completions", json={
+                    "model": "remote", "prompt": prompt, "max_tokens": 8, "stream": True,
+                    "stream_options": {"include_usage": True}}) as s:
+                events = [json.loads(line[6:]) for line in s.iter_lines()
+                          if line.startswith("data: ") and line != "data: [DONE]"]
+            last = events[-1]["usage"]
+            assert (last["prompt_tokens"], last["completion_tokens"]) == (5, 4)
+        w = d.status()["watcher"]
+        assert w["state"] == "off" and w["error"] is None and "--model" in w["off_reason"]
+        p = subprocess.run([sys.executable, "-m", "assistd", "status"], env=d.env(),
+                           capture_output=True, text=True, timeout=60)
+        line = next(x for x in p.stdout.splitlines() if x.startswith("watcher:"))
+        assert "off" in line and "--model" in line and "error" not in line, line
+    finally:
+        assert d.stop() == 0
+        fault.stop()
+
+
+async def test_the_mcp_tools_describe_the_daemons_remote_target(remote_daemon, tmp_path):
+    """The MCP instructions and tool descriptions said "small local model" while the
+    daemon they used served a remote Target: an MCP server that finds the daemon at
+    start describes the daemon's Target."""
+    from tests.serving.test_mcp import _env, mcp_session
+
+    env = _env(tmp_path, remote_daemon.socket, remote_daemon.db)
+    env.pop("ASSISTD_BACKEND", None), env.pop("ASSISTD_TARGET_URL", None)  # the daemon's
+    async with mcp_session(tmp_path, env) as s:
+        tools = {t.name: t.description for t in (await s.list_tools()).tools}
+        texts = [s.instructions, tools["complete_code"], tools["continue_text"]]
+    for text in texts:
+        assert f"remote server {remote_daemon.url}" in text and "local model" not in text
+    assert "drafts from the history" not in tools["complete_code"]

@@ -288,7 +288,7 @@ def test_bad_context_and_fim_settings_are_refused(tmp_path):
         RemoteTarget(url, context="some")
     with pytest.raises(InputError, match="target_fim must be one of auto, none, starcoder"):
         RemoteTarget(url, fim="llama")
-    with pytest.raises(InputError, match="target_fim must be one of"):
+    with pytest.raises(InputError, match="--target-fim must be one of"):  # named as given
         (tmp_path / "c.toml").write_text("")
         load_config(tmp_path / "c.toml", {"backend": "openai", "target_url": url,
                                           "target_fim": "x"}, environ={})
@@ -310,7 +310,7 @@ def test_the_history_is_not_sent_to_the_servers_tokenizer(proxy, tmp_path):
                      "--repo", str(repo))
     try:
         w = d.status()["watcher"]
-        assert w["state"] == "off" and "--model" in w["error"]
+        assert w["state"] == "off" and w["error"] is None and "--model" in w["off_reason"]
         with d.uds() as c:
             r = c.post("/v1/completions", json={"model": "remote", "prompt": "x = ",
                                                 "max_tokens": 2, "temperature": 0})
