@@ -104,6 +104,21 @@ def llama_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def llama_cpp_server(tmp_path_factory):
+    """The base URL of llama.cpp's own ``llama-server`` with the embedded model on
+    loopback (tests/llama_server.py), which takes token-id prompts; skips where that
+    server is not built."""
+    from tests import llama_server
+
+    if llama_server.binary() is None:
+        pytest.skip(f"llama.cpp's llama-server is not built: {llama_server.BUILD_HINT}")
+    proc = llama_server.start(port := free_port(), default_model_path(),
+                              tmp_path_factory.mktemp("llama-cpp-server") / "server.log")
+    yield f"http://127.0.0.1:{port}"
+    stop_llama_server(proc)
+
+
+@pytest.fixture(scope="session")
 def keyed_llama_server(tmp_path_factory):
     """Another real llama-cpp-python server, which answers only requests that bear the
     key ``sk-test-3f9d2c`` (its ``--api_key``)."""

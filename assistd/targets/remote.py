@@ -241,6 +241,7 @@ class RemoteLedger(Ledger):
 
     server_usage: dict = field(default_factory=dict)
     retries: int = 0
+    prompt_sent: str = "text"  # "token ids" where the server takes them, else "text"
 
     def as_dict(self) -> dict:
         # The server's usage, or None where it sent none (llama-cpp-python's stream):
@@ -249,7 +250,7 @@ class RemoteLedger(Ledger):
                 "decoded_by": "the server (no local draft verification)",
                 "server_usage": self.server_usage or None,
                 "tokens_from": "server usage" if self.server_usage.get("completion_tokens")
-                else "streamed chunks", "retries": self.retries}
+                else "streamed chunks", "retries": self.retries, "prompt_sent": self.prompt_sent}
 
     def summary(self) -> str:
         return (f"target=remote tokens={self.committed_tokens} prompt={self.prompt_tokens}"
@@ -401,6 +402,8 @@ class RemoteTarget(Target):
         self._learned_text: dict[int, str] = {}
         self._ordinary: dict[str, None] = {}  # (a dict: insertion-ordered, trimmed oldest first)
         self._sentinel: list[int] | None = None  # the server's ids of _SENTINEL
+        self._takes_ids: bool | None = None  # whether /v1/completions takes token ids
+        self._plain_tokenize = False  # the server honours parse_special: false (llama.cpp's)
         v = self._vocab
         self.n_vocab = v.n_vocab if v else 0x110000  # else ids are (at most) code points
         self.bos_token_id = v.bos_token_id if v else None
@@ -527,6 +530,8 @@ class RemoteTarget(Target):
             return [ord(c) for c in encodable(text)]
         text = encodable(text)
         controls = [m for m in self._classify(text) if m in text]
+        if self._plain_tokenize:  # the server tokenizes plain text when asked
+            return self._server_ids(text, parse_special=False)
         if not controls:
             return self._server_ids(text)
         # Control spellings as text: each one's first character tokenized apart from the
@@ -540,13 +545,15 @@ class RemoteTarget(Target):
             pos = m.start() + 1
         return ids + self._server_ids(text[pos:])
 
-    def _server_ids(self, text: str) -> list[int]:
-        """The server's tokenization of ``text`` (control spellings parsed: see
-        :meth:`tokenize`)."""
+    def _server_ids(self, text: str, parse_special: bool = True) -> list[int]:
+        """The server's tokenization of ``text``: control spellings parsed (see
+        :meth:`tokenize`), or not where ``parse_special`` is False and the server honours
+        it (llama.cpp's ``/tokenize`` does; llama-cpp-python's always parses them)."""
         if not text:
             return []
         try:
-            r = self._http.post(self._tok_path, json=self._tok_body(text))
+            r = self._http.post(self._tok_path, json={**self._tok_body(text),
+                                                      "parse_special": parse_special})
         except httpx.HTTPError as e:
             raise RemoteTargetError(self._transport_message(e)) from None
         ids = self._ids_of(r) if r.status_code == 200 else None
@@ -559,15 +566,20 @@ class RemoteTarget(Target):
         """Server mode: ask the server about each spelling in ``text`` that looks like a
         control token (:data:`CONTROL_SHAPE`) and was not asked about yet; returns the
         control tokens learned so far (spelling -> id). A spelling is a control token when
-        the server tokenizes it as one id that its detokenizer leaves out (llama.cpp
-        renders control tokens as nothing unless asked; llama-cpp-python's
-        ``/extras/detokenize`` does not ask). A server whose detokenizer spells them out
-        teaches nothing here: its prompts stay as they were (README, "Known limit")."""
+        the server tokenizes it as one id, and either tokenizes it otherwise with
+        ``parse_special`` false (llama.cpp's server) or its detokenizer leaves that id out
+        (llama.cpp renders control tokens as nothing unless asked; llama-cpp-python's
+        ``/extras/detokenize`` does not ask). A server that does neither teaches nothing
+        here: its prompts stay as they were (README, "Known limit")."""
         for m in dict.fromkeys(CONTROL_SHAPE.findall(text)):
             if m in self._learned or m in self._ordinary:
                 continue
             ids = self._server_ids(m)
-            if len(ids) == 1 and ids[0] not in self._learned_text and self._detokenize_server(ids) == "":
+            plain = self._server_ids(m, parse_special=False) if len(ids) == 1 else ids
+            if plain != ids:
+                self._plain_tokenize = True
+            if len(ids) == 1 and ids[0] not in self._learned_text and (
+                    plain != ids or self._detokenize_server(ids) == ""):
                 self._learned[m], self._learned_text[ids[0]] = ids[0], m
             else:
                 self._ordinary[m] = None
@@ -655,6 +667,46 @@ class RemoteTarget(Target):
             else:
                 run.append(i)
         return "".join(out)
+
+    def prompt_ids(self, ids: Sequence[int]) -> list[int] | None:
+        """The prompt to send as the server's own token ids, for a server that takes
+        them (:meth:`takes_token_ids`): ``ids`` as a local Target would evaluate them
+        (nothing is tokenized again there, so no text can become a control token), with
+        assistd's FIM markers as the server vocabulary's. None when the ids are not the
+        server's: character mode, or a FIM family the vocabulary has no markers for."""
+        if self._tokenizer() == "chars":
+            return None
+        out = []
+        for i in ids:
+            if i in self._fim_text:
+                marker = self._fim_text[i]
+                i = self.control_spellings(marker).get(marker)
+                if i is None:
+                    return None
+            out.append(int(i))
+        return out
+
+    def takes_token_ids(self) -> bool:
+        """Whether the server's ``/v1/completions`` takes a prompt of token ids (vLLM
+        and llama.cpp's ``llama-server`` do; llama-cpp-python's server takes text only
+        and answers 500 with a validation error). Asked once, with a one-token prompt
+        and ``max_tokens`` 1; a server that cannot be asked now (down, refusing the key,
+        busy) is asked again on the next generation, which goes as text meanwhile."""
+        if self._takes_ids is None and self._tokenizer() != "chars":
+            try:
+                probe = {"prompt": self.tokenize("a")[:1], "max_tokens": 1, "temperature": 0.0,
+                         **({"model": self.model_name} if self.model_name else {})}
+                r = self._http.post("/v1/completions", json=probe)
+            except (httpx.HTTPError, RemoteTargetError):
+                return False
+            if r.status_code in (400, 422, 500):
+                self._takes_ids = False
+                log.info("remote Target %s takes text prompts only (HTTP %d to token ids):"
+                         " control-token spellings in text are defused", self.url, r.status_code)
+            elif r.status_code == 200:
+                self._takes_ids = True
+                log.info("remote Target %s takes token-id prompts: they are sent as ids", self.url)
+        return bool(self._takes_ids)
 
     def _server_text(self, ids: list[int]) -> str:
         """``ids`` as text for the server, without a local tokenizer: the control tokens
@@ -786,7 +838,10 @@ class RemoteTarget(Target):
             raise InputError(f"the prompt is {n_prompt} tokens; the context window is {self.n_ctx}")
         ledger = RemoteLedger(prompt_tokens=n_prompt)
         t0 = time.perf_counter()
-        body = {"prompt": self.prompt_text(prompt), "max_tokens": int(max_tokens),
+        sent = self.prompt_ids(prompt) if self.takes_token_ids() else None
+        ledger.prompt_sent = "text" if sent is None else "token ids"
+        body = {"prompt": self.prompt_text(prompt) if sent is None else sent,
+                "max_tokens": int(max_tokens),
                 "stream": True, "stream_options": {"include_usage": True}, "echo": False,
                 **_sampling_fields(sampling)}
         if self.model_name:

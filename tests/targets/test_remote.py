@@ -34,8 +34,8 @@ class FaultServer:
     ``delay_s``), "hang" (one chunk, then silence until the client hangs up),
     "redirect" (307 to ``redirect_to``), "401" (its tokenize endpoints refuse the
     key), "empty" / "garbage" (200, then no event / one that is not JSON, and EOF).
-    It has no tokenize endpoint (404). ``hits`` and
-    ``auth`` record every completion request and its Authorization header."""
+    It has no tokenize endpoint (404). ``hits``, ``auth`` and ``bodies`` record every
+    completion request, its Authorization header and its JSON body."""
 
     PIECES = ["Hello", ",", " world", "!"]
 
@@ -47,7 +47,7 @@ class FaultServer:
         self.port = port or free_port()
         self.mode, self.fail_first, self.retry_after = "ok", 0, "0"
         self.delay_s, self.redirect_to = 5.0, ""
-        self.hits, self.auth = 0, []
+        self.hits, self.auth, self.bodies = 0, [], []
         self.disconnected = threading.Event()
 
         def chunk(text, finish=None):
@@ -71,7 +71,7 @@ class FaultServer:
         async def completions(request):
             self.hits += 1
             self.auth.append(request.headers.get("authorization"))
-            await request.body()
+            self.bodies.append(json.loads(await request.body() or b"null"))
             mode = self.mode
             if mode == "500":
                 return JSONResponse({"error": {"message": "boom"}}, status_code=500)
@@ -182,6 +182,8 @@ def test_completion_is_the_servers_own_and_speculation_is_off(llama_server, tmp_
         assert led["rounds"] == led["plain_steps"] == 0 and led["committed_tokens"] == 24
         assert rt.target.status()["tokenizer"] == ("model" if model else "server")
         assert g.tokens and rt.target.detokenize(g.tokens) == g.text
+        # llama-cpp-python's server takes text prompts only: asked once, then text.
+        assert rt.target.takes_token_ids() is False and led["prompt_sent"] == "text"
     finally:
         rt.close()
 
@@ -640,5 +642,26 @@ def test_status_says_how_old_its_state_is_and_a_failure_shows_at_once(fault, tmp
             run(rt, "x")
         st = rt.target.status()
         assert st["reachable"] is False and "HTTP 500" in st["last_error"]
+    finally:
+        rt.close()
+
+
+def test_token_ids_are_sent_where_the_server_takes_them(fault, tmp_path, caplog):
+    """A server that takes a token-id prompt (asked once, with a one-token prompt) gets
+    the ids a local Target evaluates; one that refuses them (llama-cpp-python's answers
+    500: ``test_completion_is_the_servers_own_and_speculation_is_off``) gets text. The
+    stand-in takes any prompt: llama.cpp's own server, which takes ids for real, is in
+    tests/targets/test_llama_cpp_server.py where it is built."""
+    rt = remote_runtime(tmp_path, fault.url, model=default_model_path())
+    try:
+        with caplog.at_level(logging.INFO, logger="assistd.targets.remote"):
+            ids = rt.prompt(PROMPT, 512)
+            g = rt.run(ids, rt.plan("suffix", "auto"), max_tokens=8)
+            rt.run(ids, rt.plan("suffix", "auto"), max_tokens=8)
+        probe, first, second = fault.bodies
+        assert probe["max_tokens"] == 1 and len(probe["prompt"]) == 1
+        assert first["prompt"] == second["prompt"] == list(ids)  # asked once, then ids
+        assert g.ledger.as_dict()["prompt_sent"] == "token ids"
+        assert "takes token-id prompts" in caplog.text
     finally:
         rt.close()
