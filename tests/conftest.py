@@ -39,32 +39,47 @@ REMOTE_OUT_OF_SCOPE = {"editors/test_prompting.py", "editors/test_crossfile.py",
 
 
 def pytest_addoption(parser):
-    parser.addoption("--target", choices=("local", "remote"),
+    parser.addoption("--target", choices=("local", "remote", "llama-server"),
                      default=os.environ.get("ASSISTD_TEST_TARGET") or "local",
                      help="the Target the assistd processes of the tests use: local (the"
-                          " embedded model in each process) or remote (one real"
-                          " llama_cpp.server on loopback). [env: ASSISTD_TEST_TARGET]")
+                          " embedded model in each process), remote (one real"
+                          " llama_cpp.server on loopback) or llama-server (remote too, on"
+                          " llama.cpp's own server: tests/llama_server.py builds it)."
+                          " [env: ASSISTD_TEST_TARGET]")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "local_target(reason): asserts what only a local Target"
                             " has (draft verification: acceptance, k, proposer stats, local"
                             " rounds, torch); skipped with --target remote")
-    if config.getoption("--target") not in ("local", "remote"):  # from the environment
-        raise pytest.UsageError(f"--target/ASSISTD_TEST_TARGET must be local or remote, not"
-                                f" {config.getoption('--target')!r}")
+    kind = config.getoption("--target")
+    if kind not in ("local", "remote", "llama-server"):  # from the environment
+        raise pytest.UsageError(f"--target/ASSISTD_TEST_TARGET must be local, remote or"
+                                f" llama-server, not {kind!r}")
+    if kind == "llama-server":
+        from tests import llama_server
+
+        if llama_server.binary() is None:
+            raise pytest.UsageError(f"--target llama-server: it is not built:"
+                                    f" {llama_server.BUILD_HINT}")
     # for on_remote_target(), which marks evaluated at import time use too
-    os.environ["ASSISTD_TEST_TARGET_ACTIVE"] = config.getoption("--target")
+    os.environ["ASSISTD_TEST_TARGET_ACTIVE"] = "local" if kind == "local" else "remote"
+    os.environ["ASSISTD_TEST_SERVER"] = kind
 
 
 def remote_mode(config) -> bool:
-    return config.getoption("--target") == "remote"
+    return config.getoption("--target") != "local"
 
 
 def on_remote_target() -> bool:
     """Whether this run is ``--target remote``: for the few assertions that differ only
     because the server decodes (no rounds, no acceptance, no t(n), ``target=remote``)."""
     return os.environ.get("ASSISTD_TEST_TARGET_ACTIVE") == "remote"
+
+
+def on_llama_server() -> bool:
+    """Whether this run is ``--target llama-server`` (llama.cpp's own server)."""
+    return os.environ.get("ASSISTD_TEST_SERVER") == "llama-server"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -88,8 +103,10 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     if remote_mode(config):
-        return ("target: remote (a llama_cpp.server on loopback; tests with an in-process"
-                " local Target, and modules where no assistd process meets a Target, deselected)")
+        server = ("llama.cpp's llama-server" if config.getoption("--target") == "llama-server"
+                  else "a llama_cpp.server")
+        return (f"target: remote ({server} on loopback; tests with an in-process local"
+                " Target, and modules where no assistd process meets a Target, deselected)")
     return None
 
 
@@ -136,7 +153,8 @@ def remote_target(request):
     if not remote_mode(request.config):
         yield None
         return
-    url = request.getfixturevalue("llama_server")
+    server = "llama_cpp_server" if request.config.getoption("--target") == "llama-server" else "llama_server"
+    url = request.getfixturevalue(server)
     mp = pytest.MonkeyPatch()
     mp.setenv("ASSISTD_BACKEND", "openai")
     mp.setenv("ASSISTD_TARGET_URL", url)

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 from lsprotocol import types
 
-from tests.conftest import make_repo
+from tests.conftest import make_repo, on_llama_server
 from tests.lsp_helpers import inline_item, insert, lsp_session, open_doc, stats
 
 # A body long enough that a 1 ms budget cuts its first line (the model writes the
@@ -24,6 +24,10 @@ def repo(tmp_path):
     return make_repo(tmp_path / "repo", {"README.md": "a test repository\n"})
 
 
+@pytest.mark.skipif(on_llama_server(), reason=(
+    "llama.cpp's llama-server is not batch-invariant: greedy from a prompt and its own"
+    " first 3 tokens in one prefill gives another text than one request ('+ 6 - 6' against"
+    " '+ 6' here), so no client's grown text can equal the uncut one there"))
 async def test_a_cut_suggestion_grows_to_what_no_budget_gives(tmp_path, repo):
     async with lsp_session(tmp_path / "h.db", root=repo, settings={"maxLatencyMs": 1}) as (client, _):
         uri = open_doc(client, repo / "g.py", DOC)

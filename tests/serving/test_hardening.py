@@ -476,7 +476,7 @@ def test_assistd_status_shows_connections_and_the_watcher(daemon):
     w = daemon.status()["watcher"]
     # a remote Target with the server's tokenizer: no history to watch (nothing drafts)
     if on_remote_target():
-        assert w["state"] == "off" and "pass --model GGUF" in w["error"]  # why it is off
+        assert w["state"] == "off" and w["error"] is None and "pass --model GGUF" in w["off_reason"]
     else:
         assert w["state"] == "watching" and w["error"] is None
     assert w["restarts"] == 0
