@@ -17,6 +17,10 @@ Tokenization, for prompt budgets and the history's token space, in this order:
 3. else a character budget: one id per character, 4 characters per token, said once
    in the log.
 
+The prompt goes as token ids where the server takes them (asked once:
+:meth:`RemoteTarget.takes_token_ids`; llama.cpp's ``llama-server`` and vLLM do), else
+as text with control-token spellings defused (:meth:`RemoteTarget.prompt_text`).
+
 Network rules: the key (a 0600 file, or ``$ASSISTD_TARGET_KEY``) goes only to the
 configured URL (redirects are never followed) and never into a log, message or repr;
 ``http://`` to a host other than this machine (loopback, or the unspecified 0.0.0.0)
@@ -523,6 +527,10 @@ class RemoteTarget(Target):
         return CHARS_PER_TOKEN if self._tokenizer() == "chars" else 1
 
     def tokenize(self, text: str) -> list[int]:
+        """``text`` -> the server model's ids, control-token spellings as plain text (the
+        :class:`Target` contract): the GGUF's tokenizer, else the server's (asked about
+        spellings of a control token's shape first: :meth:`_classify`), else one id per
+        character. Raises :class:`RemoteTargetError` when the server cannot answer."""
         mode = self._tokenizer()
         if mode == "model":
             return self._vocab.tokenize(text)
@@ -539,9 +547,7 @@ class RemoteTarget(Target):
         pattern = re.compile("|".join(map(re.escape, sorted(controls, key=len, reverse=True))))
         ids, pos = [], 0
         for m in pattern.finditer(text):
-            ids += self._server_ids(text[pos:m.start() + 1]) if m.start() > pos else []
-            if m.start() == pos:
-                ids += self._server_ids(text[pos])
+            ids += self._server_ids(text[pos:m.start() + 1])  # up to its first character
             pos = m.start() + 1
         return ids + self._server_ids(text[pos:])
 
