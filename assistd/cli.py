@@ -544,6 +544,13 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         raise click.BadParameter(
             f"{language!r} is not a language id; use an LSP id such as python, markdown,"
             " json (letters, digits and _ . + # -, at most 64)", param_hint="'--language'")
+    # In this process, the Target of the daemon's config file where no option names one.
+    (model, backend, target_url, target_key_file, target_model, target_ca_bundle,
+     target_timeout_ms, target_context, target_fim) = _config_target(
+        model=model, backend=backend, target_url=target_url,
+        target_key_file=target_key_file, target_model=target_model,
+        target_ca_bundle=target_ca_bundle, target_timeout_ms=target_timeout_ms,
+        target_context=target_context, target_fim=target_fim).values()
     if backend != "openai" and target_url:  # would silently go unused
         raise click.BadParameter(f"needs --backend openai (the backend is {backend})",
                                  param_hint="'--target-url'")
@@ -599,6 +606,32 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
 # the user wants this process to run the completion.
 _IN_PROCESS_OPTIONS = ("model", "backend", "n_ctx", "device", "dtype", "n_gpu_layers",
                        "numerics", "threads", "db", "draft_model", "target_url")
+
+
+def _config_target(**given) -> dict:
+    """``complete`` in this process: the Target keys (``given``, in order) that neither a
+    flag nor an ``ASSISTD_*`` variable set, taken from the config file the daemon reads
+    (``assistd serve``), so that both meet the same Target; none when the backend given
+    is not the file's. A bad file: the error ``serve`` gives (exit 2)."""
+    from assistd.serving.config import Config, load_config
+
+    ctx = click.get_current_context()
+    defaults = Config()
+    try:
+        config, _ = load_config()
+    except InputError as e:
+        raise click.UsageError(str(e)) from None
+    if (ctx.get_parameter_source("backend") is not click.core.ParameterSource.DEFAULT
+            and given["backend"] != config.backend):  # another backend than the file's
+        return given
+    out = {}
+    for name, value in given.items():
+        source = ctx.get_parameter_source(name)
+        from_file = getattr(config, name)
+        if source is click.core.ParameterSource.DEFAULT and from_file != getattr(defaults, name):
+            value = Path(from_file).expanduser() if name == "model" else from_file
+        out[name] = value
+    return out
 
 
 def _complete_daemon(use_daemon):
@@ -1095,6 +1128,8 @@ def status(as_json):
                    + ("reachable" if remote["reachable"] else "not reachable" if
                       remote["reachable"] is False else "not contacted yet")
                    + (f", model {remote['model']}" if remote.get("model") else "")
+                   + (" (not among the server's models)" if remote.get("model_listed") is False
+                      else "")
                    + (f", latency {remote['latency_ms']:.0f} ms" if remote.get("latency_ms")
                       is not None else "")
                    + (f" (checked {remote['checked_ago_s']:.0f} s ago)"

@@ -121,7 +121,7 @@ def read_key(path: Path | str | None, environ=None) -> str | None:
     or readable by its group or others (the fix: ``chmod 600``)."""
     environ = os.environ if environ is None else environ
     if path is None:
-        return environ.get(KEY_ENV) or None
+        return _checked_key(environ.get(KEY_ENV, ""), f"${KEY_ENV}") or None
     p = Path(path).expanduser()
     try:
         st = p.stat()
@@ -138,6 +138,17 @@ def read_key(path: Path | str | None, environ=None) -> str | None:
         raise InputError(f"cannot read target key file {p}: {e}") from None
     if not key:
         raise InputError(f"target key file {p} is empty")
+    return _checked_key(key, f"target key file {p}")
+
+
+def _checked_key(key: str, where: str) -> str:
+    """``key`` without surrounding whitespace; InputError if it holds whitespace or a
+    control character inside (it would not fit an HTTP header: httpx would refuse the
+    request with a protocol error naming nothing)."""
+    key = key.strip()
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in key):
+        raise InputError(f"{where} holds whitespace or a control character inside the key"
+                         " (a key is one line of printable characters)")
     return key
 
 
@@ -245,6 +256,7 @@ class RemoteLedger(Ledger):
 
     server_usage: dict = field(default_factory=dict)
     retries: int = 0
+    tokens_from: str = "streamed chunks"  # where committed_tokens came from
     prompt_sent: str = "text"  # "token ids" where the server takes them, else "text"
 
     def as_dict(self) -> dict:
@@ -253,8 +265,8 @@ class RemoteLedger(Ledger):
         return {**super().as_dict(), "target": "remote",
                 "decoded_by": "the server (no local draft verification)",
                 "server_usage": self.server_usage or None,
-                "tokens_from": "server usage" if self.server_usage.get("completion_tokens")
-                else "streamed chunks", "retries": self.retries, "prompt_sent": self.prompt_sent}
+                "tokens_from": self.tokens_from, "retries": self.retries,
+                "prompt_sent": self.prompt_sent}
 
     def summary(self) -> str:
         return (f"target=remote tokens={self.committed_tokens} prompt={self.prompt_tokens}"
@@ -389,6 +401,7 @@ class RemoteTarget(Target):
         self._tokenizer_path = Path(tokenizer).expanduser() if tokenizer else None
         self._vocab = _LlamaVocab(self._tokenizer_path) if tokenizer else None
         auth = _KeyFile(key_file, key) if key_file else None
+        self._auth, self._static_key = auth, None if auth else key
         headers = {"Authorization": f"Bearer {key}"} if key and not auth else {}
         self._keyed = bool(key or auth)
         self._http = httpx.Client(
@@ -416,7 +429,8 @@ class RemoteTarget(Target):
         self.fingerprint = v.fingerprint if v else tokenizer_fingerprint(
             [b"assistd remote tokenizer", self.url.encode(), (model_name or "").encode()])
         self.state = {"reachable": None, "model": model_name, "latency_ms": None,
-                      "last_error": None, "checked_at": None}
+                      "last_error": None, "checked_at": None,
+                      "model_listed": None}  # --target-model among the server's models
         self._lock = threading.RLock()  # (fim_tokens holds it while the tokenizer is found)
         self._prober: threading.Thread | None = None
         self.probe()
@@ -445,9 +459,16 @@ class RemoteTarget(Target):
             ids = [m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)]
             if self.model_name is None and ids:
                 self.model_name = ids[0]
+            elif ids and self.state.get("model_listed") is None:
+                self.state["model_listed"] = self.model_name in ids
+                if self.model_name not in ids:  # said once: some servers ignore the name
+                    log.warning("warning: the remote Target %s lists %s, not --target-model"
+                                " %r: a server that checks the name will refuse requests",
+                                self.url, ", ".join(map(str, ids[:5])), self.model_name)
             self._seen(ms, model=self.model_name or (ids[0] if ids else None))
         except (httpx.HTTPError, RemoteTargetError, ValueError, AttributeError) as e:
-            self._failed(self._transport_message(e) if isinstance(e, httpx.HTTPError) else str(e))
+            self._failed(self._transport_message(e) if isinstance(e, httpx.HTTPError) else str(e),
+                         answered=not isinstance(e, httpx.HTTPError))
         return dict(self.state)
 
     def status(self) -> dict:
@@ -474,8 +495,11 @@ class RemoteTarget(Target):
         if model:
             self.state["model"] = model
 
-    def _failed(self, message: str) -> None:
-        self.state.update(reachable=False, last_error=message, checked_at=time.time())
+    def _failed(self, message: str, answered: bool = False) -> None:
+        """A request failed: ``answered`` when the server sent an HTTP error (it is
+        reachable, and failing), else it did not answer (no latency to show)."""
+        self.state.update(reachable=answered, last_error=message, checked_at=time.time(),
+                          **({} if answered else {"latency_ms": None}))
 
     # -- tokenizer ---------------------------------------------------------------
 
@@ -906,25 +930,24 @@ class RemoteTarget(Target):
                                 f" without finishing{bad}; the completion was dropped"
                                 " (nothing was stored)")
                         break
-                    if kind == "error":  # (kind, retryable, wait_s, message, exc class)
-                        _, retryable, wait, message, cls = ev
+                    if kind == "error":  # (kind, retryable, wait_s, message, exc class,
+                        _, retryable, wait, message, cls, answered = ev  # an HTTP answer)
                         if chunks:
                             raise RemoteTargetError(
                                 f"{message}, after {chunks} {'chunk' if chunks == 1 else 'chunks'}"
                                 " of text: the completion"
                                 " was dropped (nothing was stored)")
                         if retryable and attempt < RETRIES and (wait or 0) <= RETRY_AFTER_MAX_S:
-                            self._failed(message)
+                            self._failed(message, answered)
                             if not _sleep(wait if wait is not None else BACKOFF_S[attempt], cancelled):
                                 reason = "cancelled"
                             break
-                        self._failed(message)
+                        self._failed(message, answered)
                         raise cls(message + (f" (after {attempt} retries)" if attempt else ""))
             finally:
                 stream.close()
             if reason is not None:
                 break
-        ledger.committed_tokens = int(ledger.server_usage.get("completion_tokens") or chunks)
         ledger.total_ms = (time.perf_counter() - t0) * 1000
         tokens = []
         if self._mode in ("model", "server") and text:
@@ -932,6 +955,14 @@ class RemoteTarget(Target):
                 tokens = self.tokenize(text)
             except RemoteTargetError:
                 pass  # the server left after answering: the answer stands
+        # The server's tokens: its usage; else the limit it stopped at; else the text's
+        # tokens; else one per chunk (a chunk may hold several tokens, or part of one).
+        ledger.committed_tokens, ledger.tokens_from = next(
+            (n, src) for n, src in (
+                (ledger.server_usage.get("completion_tokens"), "server usage"),
+                (int(max_tokens) if reason == "max_tokens" else None, "max_tokens reached"),
+                (len(tokens) if tokens else None, "the text tokenized"),
+                (chunks, "streamed chunks")) if isinstance(n, int))
         if reason == "eos" and self.eos_token_ids:
             tokens.append(min(self.eos_token_ids))
         return RemoteResult(text=text, stop_reason=reason, tokens=tokens, ledger=ledger)
@@ -962,8 +993,13 @@ class RemoteTarget(Target):
             return f"the proxy for {self.url} refused the connection: {type(e).__name__}"
         return f"the connection to the remote Target {self.url} broke ({type(e).__name__})"
 
+    def _redact(self, text: str) -> str:
+        """``text`` without the key: a server may quote the request back in its error."""
+        key = self._auth.key if self._auth is not None else self._static_key
+        return text.replace(key, "[the key]") if key and key in text else text
+
     def _http_message(self, code: int, body: str, headers) -> str:
-        detail = _error_detail(body)
+        detail = self._redact(_error_detail(body))
         if 300 <= code < 400:
             return (f"the remote Target {self.url} answered with a redirect (HTTP {code});"
                     " assistd does not follow redirects, so that the key goes only to the"
@@ -1092,9 +1128,10 @@ class _Stream:
                 return  # closed by the caller: nobody waits for this
             retry = (isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
                      and _tls_failure(e) is None)
-            put(("error", retry, None, t._transport_message(e), RemoteTargetError))
+            put(("error", retry, None, t._transport_message(e), RemoteTargetError, False))
         except Exception as e:  # noqa: BLE001 - reported to the caller, never a traceback
-            put(("error", False, None, f"remote Target: {type(e).__name__}: {e}", RemoteTargetError))
+            put(("error", False, None, t._redact(f"remote Target: {type(e).__name__}: {e}"),
+                 RemoteTargetError, False))
         finally:
             self.finished.set()
 
@@ -1130,4 +1167,4 @@ def _http_error(t: RemoteTarget, code: int, body: str, headers) -> tuple:
         if wait is not None and wait > RETRY_AFTER_MAX_S:
             message += f"; it asks to wait {wait:g} s: retry later"
     cls = InputError if code == 400 else RemoteTargetError
-    return ("error", code in (429, 503), wait, message, cls)
+    return ("error", code in (429, 503), wait, message, cls, True)

@@ -289,6 +289,7 @@ def test_character_mode_usage_and_the_watcher_off_reason(tmp_path):
     `error` stays for failures. The server is the stand-in FaultServer: llama-cpp-python's
     has a tokenize endpoint, so it cannot show character mode."""
     fault = FaultServer().start()
+    fault.finish = "stop"  # not at the limit: then the count is the chunks'
     d = start_daemon(tmp_path, "--backend", "openai", "--target-url", fault.url)
     try:
         prompt = "def f(x):\n    return"  # 20 characters: 5 tokens at 4 a token

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -33,7 +34,7 @@ class FaultServer:
     then ok), "drop" (two chunks, then the connection breaks), "slow" (nothing for
     ``delay_s``), "hang" (one chunk, then silence until the client hangs up),
     "redirect" (307 to ``redirect_to``), "401" (its tokenize endpoints refuse the
-    key), "empty" / "garbage" (200, then no event / one that is not JSON, and EOF).
+    key), "echo-key" (502 quoting the Authorization header back), "empty" / "garbage" (200, then no event / one that is not JSON, and EOF).
     It has no tokenize endpoint (404). ``hits``, ``auth`` and ``bodies`` record every
     completion request, its Authorization header and its JSON body."""
 
@@ -47,6 +48,7 @@ class FaultServer:
         self.port = port or free_port()
         self.mode, self.fail_first, self.retry_after = "ok", 0, "0"
         self.delay_s, self.redirect_to = 5.0, ""
+        self.finish = "length"  # the last chunk's finish_reason
         self.hits, self.auth, self.bodies = 0, [], []
         self.disconnected = threading.Event()
 
@@ -63,7 +65,7 @@ class FaultServer:
                     raise ConnectionError("fault: the connection breaks mid-stream")
                 if then == "hang":
                     await asyncio.sleep(120)
-                yield chunk("", "length")
+                yield chunk("", self.finish)
                 yield "data: [DONE]\n\n"
             finally:
                 self.disconnected.set()
@@ -75,6 +77,10 @@ class FaultServer:
             mode = self.mode
             if mode == "500":
                 return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+            if mode == "echo-key":  # a proxy that quotes the request back in its error
+                return JSONResponse({"error": {"message": f"upstream said"
+                                               f" {request.headers.get('authorization')}"}},
+                                    status_code=502)
             if mode == "429" and self.hits <= self.fail_first:
                 return JSONResponse({"error": {"message": "slow down"}}, status_code=429,
                                     headers={"Retry-After": self.retry_after})
@@ -260,8 +266,9 @@ def test_cli_complete_with_backend_openai(llama_server, tmp_path):
     assert out["proposer"] == "remote" and out["k"] == 0
     led = out["ledger"]
     assert led["decoded_by"].startswith("the server") and led["committed_tokens"] == 16
-    assert (led["server_usage"], led["tokens_from"]) in ((None, "streamed chunks"),) or (
-        led["server_usage"]["completion_tokens"] == 16 and led["tokens_from"] == "server usage")
+    # (llama-cpp-python's server streams no usage, and a chunk may hold several tokens:
+    # it stopped at the limit, so that is its count)
+    assert (led["server_usage"], led["tokens_from"]) == (None, "max_tokens reached")
 
 
 # -- faults --------------------------------------------------------------------------------
@@ -631,8 +638,10 @@ def test_a_key_rotated_in_place_is_used_without_a_restart(keyed_llama_server, tm
 
 
 def test_status_says_how_old_its_state_is_and_a_failure_shows_at_once(fault, tmp_path):
-    """``checked_ago_s`` is the state's age; a failed generation marks the server
-    unreachable without waiting for the next probe."""
+    """``checked_ago_s`` is the state's age; a failed generation shows in the status
+    without waiting for the next probe: a server that answered with an error is
+    reachable and failing (a newcomer saw a 401 called "not reachable"), one that does
+    not answer is not reachable and has no latency to show."""
     rt = remote_runtime(tmp_path, fault.url, model=default_model_path())
     try:
         st = rt.target.status()
@@ -641,9 +650,16 @@ def test_status_says_how_old_its_state_is_and_a_failure_shows_at_once(fault, tmp
         with pytest.raises(RemoteTargetError):
             run(rt, "x")
         st = rt.target.status()
-        assert st["reachable"] is False and "HTTP 500" in st["last_error"]
+        assert st["reachable"] is True and "HTTP 500" in st["last_error"]
+        fault.stop()
+        with pytest.raises(RemoteTargetError):
+            run(rt, "x")
+        st = rt.target.status()
+        assert st["reachable"] is False and st["latency_ms"] is None
+        assert "does not answer" in st["last_error"]
     finally:
         rt.close()
+        fault.start()  # (the fixture stops it)
 
 
 def test_token_ids_are_sent_where_the_server_takes_them(fault, tmp_path, caplog):
@@ -665,3 +681,86 @@ def test_token_ids_are_sent_where_the_server_takes_them(fault, tmp_path, caplog)
         assert "takes token-id prompts" in caplog.text
     finally:
         rt.close()
+
+
+def test_a_server_that_quotes_the_key_back_does_not_leak_it(fault, tmp_path, caplog):
+    """A newcomer's stand-in answered 502 with the request's key in its message: the
+    error, the status and the log said the key. Now the key is replaced there."""
+    fault.mode = "echo-key"
+    key = tmp_path / "key"
+    key.write_text("sk-leak-7f3a\n")
+    key.chmod(0o600)
+    rt = remote_runtime(tmp_path, fault.url, target_key_file=key)
+    try:
+        with caplog.at_level(logging.DEBUG), pytest.raises(RemoteTargetError) as e:
+            run(rt, "x")
+        assert "upstream said Bearer [the key]" in str(e.value)
+        st = rt.target.status()
+        assert st["reachable"] is True and "[the key]" in st["last_error"]  # it answered
+        assert "sk-leak-7f3a" not in str(e.value) + json.dumps(st) + caplog.text
+    finally:
+        rt.close()
+
+
+def test_a_key_variable_with_a_newline_is_trimmed_and_inner_whitespace_refused():
+    """``ASSISTD_TARGET_KEY=$'abc\\n'`` broke every request with a protocol error
+    naming nothing; now the variable is trimmed as the key file is, and a key with
+    whitespace inside is refused naming where it came from."""
+    assert read_key(None, environ={"ASSISTD_TARGET_KEY": "sk-abc\n"}) == "sk-abc"
+    assert read_key(None, environ={"ASSISTD_TARGET_KEY": "  "}) is None
+    with pytest.raises(InputError, match=r"\$ASSISTD_TARGET_KEY holds whitespace"):
+        read_key(None, environ={"ASSISTD_TARGET_KEY": "sk-a\nb"})
+
+
+def test_committed_tokens_are_the_servers_not_its_chunks(llama_server, tmp_path):
+    """llama-cpp-python's server streams no usage, and one chunk can hold several
+    tokens (an emoji's bytes): 7 chunks were counted as 7 tokens of a 20-token answer.
+    Now: the limit when it stopped there, else the text's tokens."""
+    rt = remote_runtime(tmp_path, llama_server)  # the server's tokenizer
+    try:
+        g = run(rt, "Stars: \U0001f31f\U0001f31f", max_tokens=20)
+        led = g.ledger.as_dict()
+        assert g.stop_reason == "max_tokens" and led["server_usage"] is None
+        assert (led["committed_tokens"], led["tokens_from"]) == (20, "max_tokens reached")
+        g = run(rt, PROMPT, max_tokens=40, stop=["\n"])
+        led = g.ledger.as_dict()
+        assert g.stop_reason == "stop" and led["tokens_from"] == "the text tokenized"
+        assert led["committed_tokens"] == len(rt.target.tokenize(g.text))
+    finally:
+        rt.close()
+
+
+def test_a_target_model_the_server_does_not_list_is_said(llama_server, caplog):
+    with caplog.at_level(logging.WARNING, logger="assistd.targets.remote"):
+        t = RemoteTarget(llama_server, model_name="nosuchmodel")
+    try:
+        assert t.state["model_listed"] is False and "not --target-model 'nosuchmodel'" in caplog.text
+    finally:
+        t.close()
+    t = RemoteTarget(llama_server)
+    try:
+        assert t.model_name and t.state["model_listed"] is None  # the server's own first
+    finally:
+        t.close()
+
+
+def test_complete_in_process_meets_the_config_files_remote_target(llama_server, tmp_path):
+    """``backend``/``target_url`` in the config file were ignored by ``complete
+    --no-daemon`` (it ran the local model without a word); now it meets the Target the
+    daemon would, and a flag still wins."""
+    src = tmp_path / "fib.py"
+    src.write_text(PROMPT)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'backend = "openai"\ntarget_url = "{llama_server}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSISTD_")}
+    env.update(ASSISTD_CONFIG=str(cfg), ASSISTD_CACHE_DIR=os.environ["ASSISTD_CACHE_DIR"])
+    base = [sys.executable, "-m", "assistd", "complete", "--file", str(src), "--no-daemon",
+            "--max-tokens", "4", "--db", str(tmp_path / "h.db"), "--json"]
+    p = subprocess.run(base, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["ledger"]["target"] == "remote"
+    p = subprocess.run(base + ["--backend", "llama"], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["ledger"].get("target") != "remote" and out["proposer"] != "remote"
