@@ -25,11 +25,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
-import httpx
 import platformdirs
+
+from tests.remote_helpers import wait_ready
 
 BUILD_HINT = ".venv/bin/python -m tests.llama_server build  (about 10 min on 2 cores)"
 # As install.sh builds llama-cpp-python on x86-64: x86-64-v3, never -march=native (a VM
@@ -111,18 +111,7 @@ def start(port: int, model: Path, log: Path, n_ctx: int = 4096) -> subprocess.Po
                              "--port", str(port), "-c", str(n_ctx), "-t", "2", "-np", "1",
                              "--no-webui"],
                             stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"llama-server exited {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("llama-server was not ready within 120 s")
+    return wait_ready(proc, f"http://127.0.0.1:{port}/health", log, "llama-server")
 
 
 if __name__ == "__main__":

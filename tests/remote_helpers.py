@@ -35,19 +35,26 @@ def start_llama_server(port: int, log: Path, *args: str, n_ctx: int = SERVER_N_C
     headers = {}
     if "--api_key" in args:
         headers["Authorization"] = f"Bearer {args[args.index('--api_key') + 1]}"
+    return wait_ready(proc, f"http://127.0.0.1:{port}/v1/models", log, "llama_cpp.server",
+                      headers)
+
+
+def wait_ready(proc: subprocess.Popen, url: str, log: Path, name: str,
+               headers: dict | None = None) -> subprocess.Popen:
+    """``proc`` once ``GET url`` answers 200; AssertionError with the tail of its
+    ``log`` if it exits first, or after 120 s (then it is killed)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"llama_cpp.server exited {proc.returncode}:\n{log.read_text()[-2000:]}")
+            raise AssertionError(f"{name} exited {proc.returncode}:\n{log.read_text()[-2000:]}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", headers=headers,
-                         timeout=2).status_code == 200:
+            if httpx.get(url, headers=headers or {}, timeout=2).status_code == 200:
                 return proc
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
     proc.kill()
-    raise AssertionError("llama_cpp.server did not answer within 120 s")
+    raise AssertionError(f"{name} did not answer within 120 s")
 
 
 def stop_llama_server(proc: subprocess.Popen) -> None:
