@@ -153,8 +153,8 @@ def _checked_key(key: str, where: str) -> str:
 
 
 class _KeyFile(httpx.Auth):
-    """The bearer key of a key file, read again when the file changes (its mtime or
-    size), so that a key rotated in place is used from the next request on without a
+    """The bearer key of a key file, read again when the file changes (its mtime, size
+    or mode), so that a key rotated in place is used from the next request on without a
     restart. A file that turns bad (mode, empty, gone) keeps the last good key and
     warns once per change."""
 
@@ -478,7 +478,7 @@ class RemoteTarget(Target):
         ``checked_ago_s`` (how old that state is, seconds; None before any contact). Never
         blocks (the daemon answers status on its event loop): when the state is older
         than :data:`PROBE_EVERY_S` a probe starts on a thread of its own and the next call
-        shows its result; a failed generation marks the server unreachable at once."""
+        shows its result; a failed request shows at once (:meth:`_failed`)."""
         checked = self.state["checked_at"]
         stale = checked is None or time.time() - checked > PROBE_EVERY_S
         if stale and (self._prober is None or not self._prober.is_alive()):
