@@ -174,7 +174,9 @@ async def test_cancel_request_stops_the_generation(db, repo):
             await fut
         after = (await stats(client))["server"]
     assert after["cancelled_during"] - before["cancelled_during"] == 1
-    assert 0 < after["tokens_cancelled"] - before["tokens_cancelled"] < 200
+    # Stopped short of the 200 it would write. (Not "> 0": on a busy machine a remote
+    # server's first chunk may come after the cancel, 0.1 s in.)
+    assert 0 <= after["tokens_cancelled"] - before["tokens_cancelled"] < 200
 
 
 async def test_did_change_is_handled_while_generating(db, repo):
