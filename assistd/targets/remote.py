@@ -456,7 +456,8 @@ class RemoteTarget(Target):
             ms = (time.perf_counter() - t0) * 1000
             if r.status_code != 200:
                 raise RemoteTargetError(self._http_message(r.status_code, r.text, r.headers))
-            ids = [m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)]
+            data = [m for m in r.json().get("data", []) if isinstance(m, dict)]
+            ids = [m.get("id") for m in data]
             if self.model_name is None and ids:
                 self.model_name = ids[0]
             elif ids and self.state.get("model_listed") is None:
@@ -465,11 +466,25 @@ class RemoteTarget(Target):
                     log.warning("warning: the remote Target %s lists %s, not --target-model"
                                 " %r: a server that checks the name will refuse requests",
                                 self.url, ", ".join(map(str, ids[:5])), self.model_name)
+            self._fit_context(next((m for m in data if m.get("id") == self.model_name),
+                                   data[0] if data else {}))
             self._seen(ms, model=self.model_name or (ids[0] if ids else None))
         except (httpx.HTTPError, RemoteTargetError, ValueError, AttributeError) as e:
             self._failed(self._transport_message(e) if isinstance(e, httpx.HTTPError) else str(e),
                          answered=not isinstance(e, httpx.HTTPError))
         return dict(self.state)
+
+    def _fit_context(self, listed: dict) -> None:
+        """The server's context window, where its ``/v1/models`` says it (llama.cpp's
+        ``meta.n_ctx``, vLLM's ``max_model_len``): a smaller one than ``n_ctx`` is taken,
+        said once, so that prompts are budgeted to what the server holds (each request
+        failed with its 400 before)."""
+        meta = listed.get("meta") if isinstance(listed.get("meta"), dict) else {}
+        ctx = meta.get("n_ctx", listed.get("max_model_len"))
+        if isinstance(ctx, int) and 0 < ctx < self.n_ctx:
+            log.warning("warning: the remote Target %s holds %d tokens of context, not"
+                        " n_ctx %d: prompts are budgeted to %d", self.url, ctx, self.n_ctx, ctx)
+            self.n_ctx = ctx
 
     def status(self) -> dict:
         """The remote Target's state for ``assistd status``: ``url``, ``reachable``

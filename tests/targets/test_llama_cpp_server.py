@@ -93,3 +93,27 @@ def test_a_model_that_adds_bos_gets_it_once(llama_cpp_server, gemma_path, tmp_pa
     finally:
         rt.close()
         stop_llama_server(proc)
+
+
+def test_its_context_window_is_read_and_prompts_fit_it(llama_cpp_server, tmp_path):
+    """llama-server at ``-c 1024`` behind assistd's n_ctx 4096: its ``/v1/models``
+    ``meta.n_ctx`` is taken, so a long file's prompt is budgeted to fit (before, each
+    request failed with the server's 400, "exceeds the available context size")."""
+    from tests import llama_server
+    from tests.daemon_helpers import free_port
+    from tests.remote_helpers import stop_llama_server
+
+    proc = llama_server.start(port := free_port(), default_model_path(), tmp_path / "s.log",
+                              n_ctx=1024)
+    url = f"http://127.0.0.1:{port}"
+    rt = Runtime.open(default_model_path(), db=tmp_path / "history.db", n_ctx=4096,
+                      target_options={"backend": "openai", "target_url": url})
+    try:
+        assert rt.target.n_ctx == 1024
+        text = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(400))
+        budget = rt.target.n_ctx - 16 - 1
+        g = rt.run(rt.prompt(text, budget), rt.plan("suffix", "auto"), max_tokens=16)
+        assert g.stop_reason in ("max_tokens", "eos", "stop") and g.text
+    finally:
+        rt.close()
+        stop_llama_server(proc)

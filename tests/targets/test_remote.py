@@ -49,6 +49,7 @@ class FaultServer:
         self.mode, self.fail_first, self.retry_after = "ok", 0, "0"
         self.delay_s, self.redirect_to = 5.0, ""
         self.finish = "length"  # the last chunk's finish_reason
+        self.listed = {"id": "fake-model"}  # its one entry in /v1/models
         self.hits, self.auth, self.bodies = 0, [], []
         self.disconnected = threading.Event()
 
@@ -96,7 +97,7 @@ class FaultServer:
             return StreamingResponse(stream(pieces, then), media_type="text/event-stream")
 
         async def models(request):
-            return JSONResponse({"object": "list", "data": [{"id": "fake-model"}]})
+            return JSONResponse({"object": "list", "data": [self.listed]})
 
         async def tokenize(request):  # none here, as a server without the endpoint, but
             if self.mode == "401":    # one behind a key assistd lacks answers 401 first
@@ -764,3 +765,23 @@ def test_complete_in_process_meets_the_config_files_remote_target(llama_server, 
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["ledger"].get("target") != "remote" and out["proposer"] != "remote"
+
+
+def test_a_server_with_a_smaller_context_window_budgets_the_prompts(fault, caplog):
+    """vLLM lists ``max_model_len`` (llama.cpp's server ``meta.n_ctx``, in
+    tests/targets/test_llama_cpp_server.py): a window smaller than n_ctx is taken, said
+    once (a newcomer's llama-server at -c 512 refused every request with a 400). The
+    stand-in lists the field as vLLM's API reference gives it."""
+    fault.listed = {"id": "fake-model", "max_model_len": 512}
+    with caplog.at_level(logging.WARNING, logger="assistd.targets.remote"):
+        t = RemoteTarget(fault.url, n_ctx=4096)
+    try:
+        assert t.n_ctx == 512 and "holds 512 tokens of context, not n_ctx 4096" in caplog.text
+    finally:
+        t.close()
+    fault.listed = {"id": "fake-model", "max_model_len": 8192}  # larger: n_ctx stays
+    t = RemoteTarget(fault.url, n_ctx=4096)
+    try:
+        assert t.n_ctx == 4096
+    finally:
+        t.close()
