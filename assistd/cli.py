@@ -13,6 +13,7 @@ import click
 
 from assistd import __version__
 from assistd.ground.errors import AssistdError, InputError
+from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS
 from assistd.ground.options import parse_k
 
 
@@ -144,11 +145,15 @@ def _remote_options(fn=None, *, env: bool = False):
     return fn
 
 
+# (assistd.ground.numerics: the modes, the default and their promises)
+_NUMERICS_HELP = ("llama backend: fast = batch-invariant kernels on every thread (greedy"
+                  " output is the Target's argmax for the batch it verified); exact = one"
+                  " thread on one-token steps (greedy output is plain decoding's, bit for bit;"
+                  " plain steps ~1.7x slower); llama = llama.cpp's own defaults (the baseline,"
+                  " same promise as fast).")
 _numerics_option = click.option(
-    "--numerics", type=click.Choice(["exact", "fast"]), default="exact", show_default=True,
-    help="llama backend: exact = batch-invariant kernels, so speculative output is plain"
-         " decoding's token for token; fast = llama.cpp's defaults (plain decode steps"
-         " 15-40% faster here, output equal only up to near-ties).",
+    "--numerics", type=click.Choice(NUMERICS), default=DEFAULT_NUMERICS, show_default=True,
+    help=_NUMERICS_HELP,
 )
 _n_ctx_option = click.option(
     "--n-ctx", type=click.IntRange(64), default=2048, show_default=True,
@@ -545,9 +550,9 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
             f"{language!r} is not a language id; use an LSP id such as python, markdown,"
             " json (letters, digits and _ . + # -, at most 64)", param_hint="'--language'")
     # In this process, the Target of the daemon's config file where no option names one.
-    (model, backend, target_url, target_key_file, target_model, target_ca_bundle,
+    (model, backend, numerics, target_url, target_key_file, target_model, target_ca_bundle,
      target_timeout_ms, target_context, target_fim) = _config_target(
-        model=model, backend=backend, target_url=target_url,
+        model=model, backend=backend, numerics=numerics, target_url=target_url,
         target_key_file=target_key_file, target_model=target_model,
         target_ca_bundle=target_ca_bundle, target_timeout_ms=target_timeout_ms,
         target_context=target_context, target_fim=target_fim).values()
@@ -1039,8 +1044,8 @@ def stats(scope, as_json, plot, db):
 @click.option("--token-file", default=None, help="Bearer token file (created 0600 if missing).")
 @click.option("--proposer", default=None, help="Default proposer (suffix, ngram, none).")
 @click.option("--k", default=None, help="Default draft ceiling: auto or 0-64.")
-@click.option("--numerics", type=click.Choice(["exact", "fast"]), default=None,
-              help="llama backend: exact (batch-invariant kernels; the default) or fast.")
+@click.option("--numerics", type=click.Choice(NUMERICS), default=None,
+              help=f"{_NUMERICS_HELP} [default: {DEFAULT_NUMERICS}]")
 @click.option("--sequences", default=None, metavar="auto|N",
               help="KV sequences kept warm (each of n_ctx tokens), so an editor, each agent"
                    " and the shell keep their prompts: auto (as many as fit 512 MiB of KV,"
@@ -1119,8 +1124,11 @@ def status(as_json):
     if as_json:
         click.echo(json.dumps({"running": True, "socket": str(client.path), **st}))
         return
-    click.echo(f"daemon on {client.path}: {st['model']} ({st['target']['backend']},"
-               f" n_ctx {st['target']['n_ctx']}), up {st['uptime_s']:.0f} s,"
+    target = st["target"]
+    numerics = (f", {target['numerics']} numerics (promise: {target['promise']})"
+                if target.get("promise") else "")  # (a remote Target verifies nothing)
+    click.echo(f"daemon on {client.path}: {st['model']} ({target['backend']},"
+               f" n_ctx {target['n_ctx']}{numerics}), up {st['uptime_s']:.0f} s,"
                f" max RSS {st['max_rss_mb']} MB")
     remote = (st.get("target") or {}).get("remote")
     if remote:
@@ -1174,12 +1182,13 @@ def status(as_json):
 @_model_option
 @_n_ctx_option
 @_complete_backend_option
+@_numerics_option
 @_remote_options(env=True)
 @_db_option
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the server log here too (stderr always gets warnings and errors).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
-def mcp(no_daemon, model, n_ctx, backend, target_url, target_key_file, target_model,
+def mcp(no_daemon, model, n_ctx, backend, numerics, target_url, target_key_file, target_model,
         target_ca_bundle, target_timeout_ms, target_context, target_fim, db, log_file,
         verbose):
     """Run the MCP server on stdio: tools for coding agents (Claude Code, Codex, ...).
@@ -1187,7 +1196,8 @@ def mcp(no_daemon, model, n_ctx, backend, target_url, target_key_file, target_mo
     Tools: complete_code (complete at a line/column of a file), continue_text and
     acceptance_stats. Each call uses the daemon (`assistd serve`) when one answers,
     else loads the Target in this process on first use (--model, --n-ctx, --backend,
-    the --target-* options of a remote server and --db apply to that). stdout carries
+    --numerics, the --target-* options of a remote server and --db apply to that; the
+    daemon's Target runs the numerics of its own configuration). stdout carries
     the protocol; logs go to stderr.
 
     \b
@@ -1208,7 +1218,9 @@ def mcp(no_daemon, model, n_ctx, backend, target_url, target_key_file, target_mo
                                  " URL, e.g. http://127.0.0.1:8080)", param_hint="'--target-url'")
     setup_logging(log_file, verbose)
     options = {"backend": backend}
-    if backend == "openai":
+    if backend == "llama":
+        options["numerics"] = numerics
+    elif backend == "openai":
         # Checked now, not at the first tool call: an agent's `claude mcp add` would
         # not see a mistyped URL, a readable key file or a bad --target-fim until then.
         # (--target-fim: its option type)

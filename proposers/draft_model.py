@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from assistd.ground.errors import ModelError
+from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS, tiled_mm
 from assistd.targets.base import Target
 from assistd.targets.compat import check_compatible
 from proposers.base import Draft, Proposer, register
@@ -111,19 +112,35 @@ def kv_cache_bytes(model: Target) -> int:
     return 0
 
 
+def draft_numerics(target: Target | None) -> str:
+    """The numerics of a llama.cpp draft beside ``target``: ``llama`` beside a Target that
+    runs llama.cpp's defaults (ggml reads ``GGML_CPU_TILED_MM`` once per process), else
+    :data:`~assistd.ground.numerics.DEFAULT_NUMERICS`: a draft's numerics never reach the
+    output, which the Target verifies.
+
+    >>> draft_numerics(None)
+    'fast'
+    """
+    numerics = getattr(target, "numerics", None)
+    if numerics in NUMERICS and tiled_mm(numerics) != tiled_mm(DEFAULT_NUMERICS):
+        return numerics
+    return DEFAULT_NUMERICS
+
+
 def open_draft(path: str | Path | None, *, backend: str = "llama", n_ctx: int = 2048,
                n_threads: int | None = None, **target_options) -> Target:
     """Load a draft model: a second Target instance with its own context and KV cache.
 
     ``path``: a GGUF file (or for torch a Hugging Face directory); None = the embedded
     default model. The other options go to :func:`assistd.targets.open.open_target`; on
-    llama.cpp the draft runs llama.cpp's fast kernels unless told otherwise: its numerics
-    never reach the output, which the Target verifies. Raises :class:`ModelError`.
+    llama.cpp the draft runs the default numerics unless told otherwise (beside a Target
+    of ``llama`` numerics pass ``numerics=draft_numerics(target)``): its numerics never
+    reach the output, which the Target verifies. Raises :class:`ModelError`.
     """
     from assistd.targets.open import open_target
 
     if backend == "llama":
-        target_options.setdefault("numerics", "fast")
+        target_options.setdefault("numerics", DEFAULT_NUMERICS)
     return open_target(Path(path) if path is not None else None, backend=backend, n_ctx=n_ctx,
                        n_threads=n_threads, **target_options)
 

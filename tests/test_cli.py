@@ -52,6 +52,8 @@ def test_complete_json_then_second_run_served_from_history(repo, tmp_path):
     assert out["target"]["backend"] == "llama"
     assert out["target"]["model"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
     assert out["target"]["n_ctx"] == 2048
+    # the default numerics, and what its speculative output promises
+    assert (out["target"]["numerics"], out["target"]["promise"]) == ("fast", "batch-argmax")
     assert out["history"]["scope"] == str(repo.resolve())
     assert out["history"]["documents"] == 3  # users.py, README.md, .gitignore; not token.secret
     assert out["history"]["tokens"] > 100
@@ -433,3 +435,52 @@ def test_a_draft_model_with_the_remote_target_is_refused(repo, how):
     flag = "--proposer draft_model" if how == "proposer" else "--draft-model"
     assert f"{flag} does not work with --backend openai" in r.stderr
     assert "verifies no drafts" in r.stderr
+
+
+# -- numerics (assistd.ground.numerics) ------------------------------------------------------
+
+
+def test_a_bad_numerics_names_the_flag_the_file_or_the_variable(tmp_path):
+    """Each front end's --numerics takes fast, exact or llama, and says so naming itself;
+    the config file's and the variable's errors name the file or the variable."""
+    for command in (["complete", "--file", "-"], ["serve", "--print-config"],
+                    ["mcp", "--no-daemon"], ["bench"]):
+        r = _run(*command, "--numerics", "bogus", cwd=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (command, r.stderr)
+        assert "'--numerics'" in r.stderr and "'bogus'" in r.stderr, (command, r.stderr)
+        assert "'fast', 'exact', 'llama'" in r.stderr, (command, r.stderr)
+    f = tmp_path / "c.toml"
+    f.write_text('numerics = "slow"\n')
+    one_line_error(_run("serve", "--config", f, "--print-config"),
+                   f"config file {f}: numerics must be fast, exact or llama, not 'slow'")
+    one_line_error(_run("serve", "--print-config", env={"ASSISTD_NUMERICS": "slow"}),
+                   "$ASSISTD_NUMERICS: numerics must be fast, exact or llama, not 'slow'")
+    r = _run("serve", "--print-config")
+    assert r.returncode == 0 and 'numerics = "fast"' in r.stdout  # the default
+
+
+@pytest.mark.local_target("the numerics of a local llama.cpp Target")
+def test_complete_runs_the_numerics_given_or_the_config_files(repo, tmp_path):
+    """`complete --numerics llama` runs llama.cpp's defaults in its own process (ggml's
+    GGML_CPU_TILED_MM is per process) and says its promise; the one-line stats name a
+    batch-argmax promise where drafts were verified; in-process `complete` takes the
+    config file's numerics, as the daemon would (the same Target for both)."""
+    f = repo / "users.py"
+    args = ("complete", "--file", f, "--line", 15, "--max-tokens", 12, "--numerics", "llama",
+            "--proposer", "ngram", "--k", "8", "--no-daemon")
+    r = assistd(*args, "--json", db=tmp_path / "h.db")
+    assert r.returncode == 0, r.stderr
+    target = json.loads(r.stdout)["target"]
+    assert (target["numerics"], target["promise"]) == ("llama", "batch-argmax")
+    r = assistd(*args, db=tmp_path / "h.db")
+    assert r.returncode == 0, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert (" promise=batch-argmax" in line) is (" rounds=0 " not in line), line
+    config = tmp_path / "config.toml"
+    config.write_text('numerics = "exact"\n')
+    env = {"ASSISTD_CONFIG": str(config), "ASSISTD_DB": str(tmp_path / "h.db")}
+    r = _run("complete", "--file", f, "--line", 15, "--max-tokens", 4, "--json", "--no-daemon",
+             env=env)
+    assert r.returncode == 0, r.stderr
+    target = json.loads(r.stdout)["target"]
+    assert (target["numerics"], target["promise"]) == ("exact", "exact")

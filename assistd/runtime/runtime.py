@@ -275,13 +275,14 @@ class Runtime:
         options = proposer_options(proposer, self.index if history else None,
                                    self.tuner.cost_model(), self.target)
         if proposer == "draft_model":
-            from proposers.draft_model import open_draft
+            from proposers.draft_model import draft_numerics, open_draft
 
             if draft_model is None:
                 raise InputError("--proposer draft_model needs --draft-model PATH (a GGUF of a"
                                  " smaller model with the Target's tokenizer)")
             try:
-                options["draft"] = open_draft(draft_model, n_ctx=self.target.n_ctx)
+                options["draft"] = open_draft(draft_model, n_ctx=self.target.n_ctx,
+                                              numerics=draft_numerics(self.target))
             except ModelError as e:
                 raise ModelError(f"--draft-model {draft_model}: {str(e).split(';')[0]}; pass a"
                                  " GGUF of a small model with the Target's tokenizer") from None

@@ -12,6 +12,7 @@ from pathlib import Path
 from assistd.decoding.engine import Generation
 from assistd.ground.errors import InputError
 from assistd.ground.ledger import Ledger
+from assistd.ground.numerics import EXACT_PROMISE
 from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.runtime import Runtime
@@ -117,7 +118,7 @@ class Completion:
             "stop_reason": g.stop_reason,
             "target": {"backend": self.target.backend, "model": self.target.model_path,
                        "n_ctx": self.target.n_ctx, "device": self.target.device,
-                       "numerics": self.target.numerics,
+                       "numerics": self.target.numerics, "promise": self.target.promise,
                        "speculation_off": self.target.speculation_off},
             "sampling": self.sampling.as_dict(),
             "proposer": self.proposer,
@@ -205,8 +206,12 @@ def ledger_line(c: Completion) -> str:
 def summary_line(out: dict) -> str:
     """The stderr line of a ``Completion.as_dict()``, made here or by the daemon (whose
     ``daemon`` key adds ``daemon=yes``): the same line either way, a remote Target's
-    ``target=remote`` summary included."""
+    ``target=remote`` summary included; ``promise=batch-argmax`` where the Target's
+    drafts were verified without exact numerics (:mod:`assistd.ground.numerics`)."""
     line = ledger_of(out["ledger"]).summary() + f" stop={out['stop_reason']}"
+    promise = (out.get("target") or {}).get("promise")
+    if promise not in (None, EXACT_PROMISE) and out["ledger"].get("rounds"):
+        line += f" promise={promise}"
     if out.get("speculation_off"):
         line += f" speculation=off ({out['speculation_off']})"
     return line + (" daemon=yes" if out.get("daemon") else "")

@@ -21,6 +21,7 @@ from pathlib import Path
 import platformdirs
 
 from assistd.ground.errors import InputError
+from assistd.ground.numerics import DEFAULT_NUMERICS, parse_numerics
 from assistd.ground.options import parse_k
 
 APP = "assistd"
@@ -56,7 +57,7 @@ class Config:
     n_gpu_layers: int = -1
     device: str = "auto"
     dtype: str = "auto"
-    numerics: str = "exact"  # llama: "exact" (batch-invariant kernels) or "fast"
+    numerics: str = DEFAULT_NUMERICS  # llama: fast, exact or llama (assistd.ground.numerics)
     sequences: str = "auto"  # KV sequences kept warm: "auto" or a number (1 = one for all)
     model_name: str | None = None  # the id in /v1/models; None = the model file's stem
     # backend "openai": a remote OpenAI-compatible server (assistd/targets/remote.py);
@@ -232,8 +233,7 @@ def _validate(c: Config, origins: dict[str, str] | None = None) -> Config:
                              " openai (--backend openai) to use the remote server, or drop"
                              " the URL")
     with about("numerics"):
-        if c.numerics not in ("exact", "fast"):
-            raise InputError(f"numerics must be exact or fast, not {c.numerics!r}")
+        parse_numerics(c.numerics)
     with about("k"):
         parse_k(c.k)
     with about("sequences"):

@@ -263,6 +263,8 @@ class Service:
             "target": None if t is None else {"backend": t.backend, "model": t.model_path,
                                               "n_ctx": t.n_ctx, "device": t.device,
                                               "numerics": t.numerics,
+                                              # what speculative output promises
+                                              "promise": t.promise,
                                               "speculation_off": t.speculation_off,
                                               # reachable, model, latency: a remote one's
                                               **({"remote": t.status()}

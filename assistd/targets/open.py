@@ -60,7 +60,8 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
     wait for a chunk, seconds; ``target_context``: "all" or "file", what a prompt may
     carry besides the document; ``target_fim``: the FIM layout). ``tree_branches`` (llama only): leaves a token tree may
     have in one batch (0: trees verified branch by branch; > 0 needs ``sequences=1``).
-    Raises :class:`ModelError`, :class:`InputError`.
+    Raises :class:`ModelError`, :class:`InputError` (also for numerics this process
+    cannot host: ``llama`` beside ``fast``/``exact``, :func:`assistd.targets.llama.fix_tiled_mm`).
     """
     if backend == "openai":
         from assistd.targets.remote import RemoteTarget, read_key
@@ -78,8 +79,14 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
         from assistd.targets.llama import LlamaTarget
 
         numerics = parse_numerics(numerics)
-        return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                           numerics=numerics, sequences=sequences, tree_branches=tree_branches)
+        try:
+            return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads,
+                               n_gpu_layers=n_gpu_layers, numerics=numerics,
+                               sequences=sequences, tree_branches=tree_branches)
+        except ValueError as e:
+            if "GGML_CPU_TILED_MM" in str(e):  # llama beside fast/exact: the user's choice
+                raise InputError(str(e)) from None
+            raise
     if backend == "torch":
         from assistd.targets.hf import TorchTarget
 

@@ -54,3 +54,20 @@ def test_open_reports_its_stages_and_closes_the_store_when_the_model_fails(tmp_p
     # The store was closed: no -wal/-shm files kept open for it (SQLite removes them at
     # the last close of a WAL database).
     assert not (tmp_path / "h2.db-wal").exists()
+
+
+def test_the_stats_line_says_a_promise_short_of_exact_where_drafts_were_verified():
+    """`complete`'s stderr line (in-process and through the daemon): ``promise=batch-argmax``
+    when the Target verified drafts without exact numerics; nothing for exact numerics, a
+    remote Target (promise None) or a generation without rounds."""
+    from assistd.ground.ledger import Ledger
+    from assistd.runtime.session import summary_line
+
+    def line(promise, rounds):
+        led = Ledger(rounds=rounds, draft_tokens=4 * rounds, committed_tokens=rounds)
+        return summary_line({"ledger": led.as_dict(), "stop_reason": "max_tokens",
+                             "target": {"numerics": "x", "promise": promise}})
+
+    assert line("batch-argmax", 2).endswith(" stop=max_tokens promise=batch-argmax")
+    assert "promise=" not in line("batch-argmax", 0)
+    assert "promise=" not in line("exact", 2) and "promise=" not in line(None, 2)

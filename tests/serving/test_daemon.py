@@ -27,7 +27,9 @@ PATTERN = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    
 def daemon(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("daemon")
     repo = make_repo(tmp / "repo", {"pattern.py": PATTERN * 4})
-    d = start_daemon(tmp, "--repo", str(repo), tcp=True)
+    # Exact numerics: the tests compare outputs bit for bit (streamed and not, other
+    # drafts, in-process, after a preemption), which is exact numerics' promise.
+    d = start_daemon(tmp, "--repo", str(repo), "--numerics", "exact", tcp=True)
     d.repo = repo
     yield d
     assert d.stop() == 0
@@ -321,9 +323,9 @@ def test_complete_and_status_use_the_daemon(daemon, tmp_path):
     assert out["completion"].strip()
     assert out["history"]["scope"] == str(daemon.repo)
     assert daemon.status()["requests"]["complete"] == before + 1
-    # The same completion in-process (its own Target): the same text.
-    r = subprocess.run(cmd + ["--no-daemon"], env=daemon.env(), capture_output=True, text=True,
-                       timeout=300)
+    # The same completion in-process (its own Target, the daemon's numerics): the same text.
+    r = subprocess.run(cmd + ["--no-daemon", "--numerics", "exact"], env=daemon.env(),
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     local = json.loads(r.stdout)
     assert "daemon" not in local and local["completion"] == out["completion"]
@@ -331,6 +333,13 @@ def test_complete_and_status_use_the_daemon(daemon, tmp_path):
                        capture_output=True, text=True, timeout=60)
     st = json.loads(r.stdout)
     assert r.returncode == 0 and st["running"] is True and st["model"]
+    # the numerics it runs and what its speculative output promises (a remote one: none)
+    assert (st["target"]["numerics"], st["target"]["promise"]) == (
+        ("remote", None) if on_remote_target() else ("exact", "exact"))
+    r = subprocess.run([sys.executable, "-m", "assistd", "status"], env=daemon.env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and ("exact numerics (promise: exact)" in r.stdout) is (
+        not on_remote_target()), r.stdout
     # a remote Target with the server's tokenizer: no history to watch (nothing drafts)
     assert st["watcher"]["state"] == ("off" if on_remote_target() else "watching")
     # --daemon with a Target option is a contradiction, said plainly.
