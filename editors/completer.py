@@ -206,7 +206,7 @@ class Completer:
     first call that needs the part that fails.
 
     ``shared``: the daemon's Runtime, which serves every editor session (the settings'
-    model, backend and db are then the daemon's); None: this Completer opens its own.
+    model, backend, numerics and db are then the daemon's); None: this Completer opens its own.
     """
 
     def __init__(self, settings: Settings | None = None, shared: Runtime | None = None):
@@ -236,12 +236,15 @@ class Completer:
     # -- lifecycle -----------------------------------------------------------
 
     def configure(self, settings: Settings) -> None:
-        """New settings; a changed model, backend, n_ctx or db reopens those parts."""
+        """New settings; a changed model, backend, n_ctx, numerics or db reopens those parts."""
         if settings.engine_key() != self.settings.engine_key() and self.shared is None:
             self.close()
         elif self.shared is not None and settings.engine_key() != Settings().engine_key():
+            # One Target serves every client of the daemon: its kernels are its own.
             log.warning("the daemon's Target and history serve this editor: the model,"
-                        " backend, n_ctx and db settings are the daemon's (`assistd serve`)")
+                        " backend, n_ctx, numerics and db settings are the daemon's"
+                        " (`assistd serve`; its Target runs %s numerics)",
+                        self.shared.target.numerics)
         self.settings = settings
         self._last.clear()
 
@@ -261,8 +264,9 @@ class Completer:
                 log.info("loading the model of the remote Target %s (%s, n_ctx %d)", s.target_url,
                          s.target_model or "(the server's first)", s.n_ctx)
             elif name == LOADING:
-                log.info("loading the model %s (backend %s, n_ctx %d)",
-                         model or "(the embedded default)", s.backend, s.n_ctx)
+                log.info("loading the model %s (backend %s%s, n_ctx %d)",
+                         model or "(the embedded default)", s.backend,
+                         f", {s.numerics} numerics" if s.backend == "llama" else "", s.n_ctx)
             else:  # the tuner logs whether it calibrated or read its cache
                 log.info("model loaded in %.1f s", time.perf_counter() - started[0])
                 started[0] = time.perf_counter()

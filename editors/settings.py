@@ -1,7 +1,8 @@
 """Typed settings of the LSP server, read from ``initializationOptions`` and
 ``workspace/didChangeConfiguration``, over the defaults the ``ASSISTD_*`` environment
-gives the Target (:func:`environment_settings`: ``ASSISTD_BACKEND``, ``ASSISTD_TARGET_URL``
-and the other remote Target keys, named as in ``assistd serve``'s configuration).
+gives the Target (:func:`environment_settings`: ``ASSISTD_BACKEND``, ``ASSISTD_NUMERICS``,
+``ASSISTD_TARGET_URL`` and the other remote Target keys, named as in ``assistd serve``'s
+configuration).
 
 Both carry ``{"assistd": {...}}`` (a flat object is accepted too). A value of the wrong
 type or out of range falls back to its default and yields a warning the server shows
@@ -15,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from assistd.ground.errors import InputError
+from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS, parse_numerics
 from assistd.ground.options import K_LIMIT, parse_k
 from assistd.ground.paths import user_path
 from assistd.targets.open import BACKENDS
@@ -44,6 +46,10 @@ class Settings:
                        document's own text leaves the machine) (``targetContext``); the
                        stricter of this and the Target's ``target_context`` applies.
     n_ctx:             context window, tokens (``nCtx``).
+    numerics:          backend llama: "fast", "exact" or "llama", the kernels of this
+                       server's own Target and what its speculative output promises
+                       (:mod:`assistd.ground.numerics`; ``numerics``). Through the daemon
+                       its Target's numerics apply (``numerics`` in its configuration).
     proposer:          "suffix", "ngram" or "none" (plain decoding) (``proposer``).
     k:                 draft ceiling in tokens, or "auto" (the tuner, per language) (``k``).
     max_tokens:        tokens generated per suggestion at most (``maxTokens``).
@@ -72,6 +78,7 @@ class Settings:
     target_timeout_ms: int = 30_000
     target_context: str = "all"
     n_ctx: int = 2048
+    numerics: str = DEFAULT_NUMERICS
     proposer: str = "suffix"
     k: int | str = "auto"
     max_tokens: int = 64
@@ -88,11 +95,13 @@ class Settings:
         """The settings whose change needs a new Target or store."""
         return (self.model, self.backend, self.n_ctx, self.db, self.target_url,
                 self.target_model, self.target_key_file, self.target_ca_bundle,
-                self.target_timeout_ms)
+                self.target_timeout_ms, self.numerics)
 
     def target_options(self) -> dict:
         """The keyword arguments of :func:`assistd.targets.open.open_target` but ``model``
-        and ``n_ctx`` (the remote ones only for backend openai)."""
+        and ``n_ctx`` (the remote ones only for backend openai, numerics for llama)."""
+        if self.backend == "llama":
+            return {"backend": "llama", "numerics": self.numerics}
         if self.backend != "openai":
             return {"backend": self.backend}
         return {"backend": "openai", "target_url": self.target_url,
@@ -151,6 +160,12 @@ def _check(name: str, value: Any) -> Any:
         if value not in ("all", "file"):
             raise ValueError("'all' or 'file'")
         return value
+    if name == "numerics":
+        try:
+            return parse_numerics(value, what="assistd setting 'numerics'")
+        except InputError:  # (the warning names the setting and the value)
+            raise ValueError(f"{', '.join(map(repr, NUMERICS[:-1]))} or {NUMERICS[-1]!r}"
+                             ) from None
     if name == "proposer":
         from assistd.runtime.runtime import served_proposers  # the one vocabulary
 
@@ -232,8 +247,8 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
 
 # The environment variables of the Target's settings: the names `assistd serve` reads.
 ENVIRONMENT = {f"ASSISTD_{name.upper()}": name for name in (
-    "backend", "target_url", "target_model", "target_key_file", "target_ca_bundle",
-    "target_timeout_ms", "target_context")}
+    "backend", "numerics", "target_url", "target_model", "target_key_file",
+    "target_ca_bundle", "target_timeout_ms", "target_context")}
 
 
 def environment_settings(environ=None) -> tuple[Settings, list[str]]:

@@ -22,6 +22,7 @@ local api = vim.api
 local SERVER_KEYS = {
   model = true, -- path to a GGUF file (default: the embedded model)
   backend = true, -- 'llama' | 'torch'
+  numerics = true, -- 'fast' (default) | 'exact' | 'llama': a server of its own (not the daemon's)
   proposer = true, -- 'suffix' (default) | 'ngram' | 'none'
   k = true, -- 'auto' (default) or an integer 0-64
   maxTokens = true, -- default 64

@@ -276,7 +276,8 @@ async def test_acceptance_is_user_telemetry_and_history(db, repo):
 
 
 async def test_bad_settings_warn_and_keep_serving(db, repo):
-    async with lsp_session(db, root=repo, settings={"k": "lots", "maxTokens": -3}) as (client, _):
+    async with lsp_session(db, root=repo, settings={"k": "lots", "maxTokens": -3,
+                                                    "numerics": "bogus"}) as (client, _):
         uri = open_doc(client, repo / "set.py", PATTERN)
         assert await inline(client, uri, 9, 0)
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
@@ -285,6 +286,8 @@ async def test_bad_settings_warn_and_keep_serving(db, repo):
         warnings = [m.message for m in client.messages if m.type == types.MessageType.Warning]
     assert any("'k'" in w for w in warnings) and any("'maxTokens'" in w for w in warnings)
     assert any("'proposer'" in w for w in warnings)
+    assert any("'numerics'='bogus' is invalid (expected 'fast', 'exact' or 'llama')" in w
+               for w in warnings), warnings
 
 
 async def test_missing_model_is_reported_once(db, repo, tmp_path):

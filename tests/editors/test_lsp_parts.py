@@ -41,6 +41,31 @@ def test_settings_parse_camel_case_and_fall_back_per_key():
     assert (s3.max_tokens, s3.n_ctx) == (64, 2048) and "does not fit" in w3[0]
 
 
+def test_the_numerics_setting_reaches_an_own_target_and_is_said_unused_on_the_daemon(caplog):
+    """``numerics`` (fast, exact or llama) goes to this server's own llama.cpp Target and
+    reopens it when changed; a bad value warns naming the setting and keeps the default;
+    on the daemon (a shared Runtime) the Target is the daemon's, which a warning says."""
+    import logging
+    from types import SimpleNamespace
+
+    from editors.settings import environment_settings
+
+    s, w = parse_settings({"assistd": {"numerics": "exact"}})
+    assert w == [] and s.target_options() == {"backend": "llama", "numerics": "exact"}
+    assert Settings().numerics == "fast" and s.engine_key() != Settings().engine_key()
+    torch = parse_settings({"backend": "torch", "numerics": "exact"})[0]
+    assert "numerics" not in torch.target_options()  # (llama.cpp's kernels only)
+    s, w = parse_settings({"assistd": {"numerics": "bogus"}})
+    assert s.numerics == "fast" and w == ["assistd setting 'numerics'='bogus' is invalid"
+                                          " (expected 'fast', 'exact' or 'llama'); using 'fast'"]
+    s, w = environment_settings({"ASSISTD_NUMERICS": "llama"})
+    assert s.numerics == "llama" and w == []
+    shared = Completer(shared=SimpleNamespace(target=SimpleNamespace(numerics="exact")))
+    with caplog.at_level(logging.WARNING, logger="assistd.lsp"):
+        shared.configure(Settings(numerics="llama"))
+    assert "numerics" in caplog.text and "its Target runs exact numerics" in caplog.text
+
+
 # -- user acceptance -------------------------------------------------------------
 
 

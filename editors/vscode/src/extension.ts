@@ -25,6 +25,7 @@ import {
 const SERVER_KEYS = [
   'model', 'backend', 'proposer', 'k', 'maxTokens', 'maxPromptTokens',
   'maxSuffixChars', 'maxLatencyMs', 'nCtx', 'fim', 'db', 'telemetry', 'crossFileTokens',
+  'numerics',
 ] as const;
 
 // The command the server puts on each inline item; VS Code runs it (through the
