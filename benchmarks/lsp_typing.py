@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/lsp_typing.py [--proposer suffix --proposer none] [--k auto]
         [--lines 30] [--interval-ms 100] [--pause-prob 0.3] [--seed 0] [--json FILE]
         [--max-latency-ms 250] [--max-prompt-tokens 1024] [--edit]
-        [--open-buffers N --cross-file-tokens T]
+        [--open-buffers N --cross-file-tokens T] [--numerics fast|exact|llama]
 
 The goal (issue 22): on this CPU with the embedded model, a 2,000-token Python file,
 keystrokes every 100 ms, the time from the last keystroke to a single-line suggestion is
@@ -60,6 +60,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from editors.completer import Counters  # noqa: E402
@@ -172,7 +173,7 @@ async def run_config(work, proposer: str, args) -> dict:
         k = args.k if args.k == "auto" else int(args.k)
         settings = {"proposer": proposer, "k": k, "maxLatencyMs": args.max_latency_ms,
                     "maxPromptTokens": args.max_prompt_tokens,
-                    "crossFileTokens": args.cross_file_tokens}
+                    "crossFileTokens": args.cross_file_tokens, "numerics": args.numerics}
         with remote_target(proposer, Path(tmp)) as remote:
             async with lsp_session(Path(tmp) / "history.db", root=repo,
                                    settings={**settings, **remote}) as (client, _):
@@ -331,6 +332,10 @@ def main():
     ap.add_argument("--cross-file-tokens", type=int, default=0,
                     help="the server's setting crossFileTokens (0 = off, its default)")
     ap.add_argument("--file", type=Path, help="the document [default: chosen from the stdlib]")
+    ap.add_argument("--numerics", choices=NUMERICS, default=DEFAULT_NUMERICS,
+                    help="the server's Target's numerics (its setting numerics;"
+                         " assistd.ground.numerics)"
+                         f" [default: {DEFAULT_NUMERICS}]")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write the results to this file")
     args = ap.parse_args()

@@ -2,11 +2,12 @@
 
     .venv/bin/python benchmarks/mixed_load.py [--sequences-a 1] [--sequences-b 4]
         [--agent-tokens 2400] [--editor-tokens 1000] [--repeats 3] [--max-tokens 16]
-        [--seconds 60] [--n-ctx 4096] [--transcript FILE] [--json FILE]
+        [--seconds 60] [--n-ctx 4096] [--numerics fast|exact|llama] [--transcript FILE]
+        [--json FILE]
 
 One daemon per configuration, in turn, on a temporary socket and history DB, started
-with ``--n-ctx N --sequences A`` then ``--sequences B``: the sequences flag is the only
-difference. With one sequence an editor request evicts the agent's prompt from the KV
+with ``--n-ctx N --numerics M --sequences A`` then ``--sequences B``: the sequences flag
+is the only difference. With one sequence an editor request evicts the agent's prompt from the KV
 cache; with several each client keeps its own warm. An ``assistd lsp`` server (the
 editor, driven by pytest-lsp's real client as in ``lsp_typing.py``) runs on the same
 daemon. Requests are greedy; ``--max-tokens`` is small so that prefill dominates.
@@ -70,6 +71,7 @@ sys.path.insert(0, str(ROOT))
 from assistd.measure.bench_workloads import fit, model_calls, transcript_source  # noqa: E402
 from assistd.runtime.chat import chat_prompt_ids  # noqa: E402
 from assistd.serving.client import DaemonClient  # noqa: E402
+from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
 from benchmarks.lsp_typing import STDLIB, WAIT_S, cpu_busy, keystrokes, pct, utf16  # noqa: E402
@@ -309,7 +311,7 @@ def run_config(i: int, n_seq: int, work: dict, tmp: Path, args) -> dict:
     repo = tmp / f"repo-{i}"
     (repo / ".git").mkdir(parents=True)
     (repo / work["editor_file"].name).write_text(work["editor_file"].read_text())
-    extra = ["--n-ctx", str(args.n_ctx)]
+    extra = ["--n-ctx", str(args.n_ctx), "--numerics", args.numerics]
     if not os.environ.get(NO_FLAG):
         extra += ["--sequences", str(n_seq)]
     busy = cpu_busy()
@@ -412,6 +414,9 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16, help="per agent request")
     ap.add_argument("--seconds", type=float, default=60, help="the concurrent part's length")
     ap.add_argument("--n-ctx", type=int, default=4096, help="the daemons' context window")
+    ap.add_argument("--numerics", choices=NUMERICS, default=DEFAULT_NUMERICS,
+                    help="the daemons' numerics (assistd.ground.numerics)"
+                         f" [default: {DEFAULT_NUMERICS}]")
     ap.add_argument("--transcript", type=Path, default=FIXTURE,
                     help="the agent's transcript [default: the shared aider fixture]")
     ap.add_argument("--json", type=Path, help="also write the results to this file")
