@@ -174,8 +174,10 @@ def shared_cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def target():
-    """The embedded SmolLM2-135M-Instruct Q4_1 on llama.cpp (real model, loaded once)."""
-    t = LlamaTarget(default_model_path(), n_ctx=2048)
+    """The embedded SmolLM2-135M-Instruct Q4_1 on llama.cpp (real model, loaded once),
+    with exact numerics: the tests on it ask for bit-identity (speculative == plain, batched
+    == one-token logits at any context), which is exact numerics' promise, not fast's."""
+    t = LlamaTarget(default_model_path(), n_ctx=2048, numerics="exact")
     yield t
     t.close()
 
@@ -195,8 +197,9 @@ def gemma_path(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def gemma_target(gemma_path):
-    """Gemma 3 270M Q4_K_M on llama.cpp (real model, loaded once)."""
-    t = LlamaTarget(gemma_path, n_ctx=2048)
+    """Gemma 3 270M Q4_K_M on llama.cpp (real model, loaded once), exact numerics as
+    ``target``: bit-identity is exact numerics' promise."""
+    t = LlamaTarget(gemma_path, n_ctx=2048, numerics="exact")
     yield t
     t.close()
 

@@ -1,4 +1,7 @@
-"""The speculative loop on the real embedded Target: exactness, KV rollback, ledger, stops."""
+"""The speculative loop on the real embedded Target: exactness, KV rollback, ledger, stops.
+
+The session ``target`` runs exact numerics (tests/conftest.py): bit-identity of batched
+and one-token evaluation is exact numerics' promise."""
 
 from __future__ import annotations
 
@@ -232,7 +235,7 @@ def test_drafts_stay_inside_context_window():
 def test_batches_of_eight_do_not_move_the_top2_gap(target):
     """With exact numerics batched evaluation leaves every top-2 gap where one-token
     decoding puts it (64 positions in batches of 8). With llama.cpp's default kernels
-    (``numerics="fast"``) logits moved by up to ~1.2 and the gap by 0.32-0.37 here,
+    (``numerics="llama"``) logits moved by up to ~1.2 and the gap by 0.32-0.37 here,
     which is why the near-tie bound once had to be 0.75."""
     text = prompt_from(REPO / "storage/store.py", 60)
     ids = target.tokenize(text)

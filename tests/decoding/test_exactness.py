@@ -5,9 +5,11 @@ layers, 262k vocabulary) `assistd bench` once committed a token 1.05 logits away
 the Target's choice. The cause was not the cache rollback but ggml's CPU kernels: a
 token's logits, and the KV it leaves behind, depended on how many tokens shared its
 ``llama_decode`` call (a verification batch, a prefill, a cache kept from another
-request). With exact numerics (``assistd.targets.llama``) batched and one-token
-evaluation are bit-identical, so these tests ask for equality; the frozen near-tie
-bound (:data:`assistd.decoding.verify.NEAR_TIE_GAP`) is only reported, for the torch backend.
+request). With exact numerics (``assistd.targets.llama``; the session Targets pin
+``numerics="exact"``, since bit-identity is exact numerics' promise and the default,
+fast, keeps it only under 512 cells) batched and one-token evaluation are
+bit-identical, so these tests ask for equality; the frozen near-tie bound
+(:data:`assistd.decoding.verify.NEAR_TIE_GAP`) is only reported, for the torch backend.
 
 Real models (the embedded SmolLM2-135M and the dev install's Gemma 3 270M), real
 prompts (this repository, the standard library, chat requests), one process with the
@@ -17,6 +19,10 @@ bench's repeat pattern: prompts interleaved, every arm after every other.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +30,10 @@ import pytest
 
 from assistd.runtime.chat import chat_prompt_ids
 from assistd.decoding.engine import generate
+from assistd.ground.errors import InputError
+from assistd.ground.numerics import BATCH_PROMISE, DEFAULT_NUMERICS, EXACT_PROMISE, PROMISES
 from assistd.ground.sampling import SamplingParams, target_distribution
-from assistd.targets.open import default_model_path
+from assistd.targets.open import default_model_path, open_target
 from assistd.targets.llama import LlamaTarget
 from assistd.decoding.verify import NEAR_TIE_GAP, sample_accept
 from proposers.base import Draft, Proposer
@@ -41,7 +49,7 @@ MODELS = ["smollm2", "gemma3"]
 
 @pytest.fixture(params=MODELS)
 def llama(request):
-    """Each shipped GGUF on llama.cpp with the default (exact) numerics (session Targets)."""
+    """Each shipped GGUF on llama.cpp with exact numerics (the session Targets)."""
     return request.getfixturevalue("target" if request.param == "smollm2" else "gemma_target")
 
 
@@ -157,8 +165,10 @@ def test_speculative_equals_plain_across_requests(llama):
 
 
 def test_target_reports_exact_numerics(llama):
-    """The Target says which numerics it runs and that speculation is on (a CPU build)."""
-    assert llama.numerics == "exact" and llama.speculation_off is None
+    """The Target says which numerics it runs, what they promise, and that speculation
+    is on (a CPU build)."""
+    assert llama.numerics == "exact" and llama.promise == EXACT_PROMISE
+    assert llama.speculation_off is None
 
 
 @pytest.fixture(scope="module")
@@ -221,15 +231,61 @@ def test_gemma_sampling_through_the_engine(gemma, gemma_rows):
     assert pvalue > ALPHA
 
 
-def test_fast_numerics_is_an_option(tmp_path):
-    """``numerics="fast"`` loads llama.cpp's defaults and says so; unknown values are refused."""
-    t = LlamaTarget(default_model_path(), n_ctx=256, numerics="fast")
+def test_fast_numerics_is_an_option(caplog):
+    """``numerics="fast"`` (the default) loads, says its promise is the batch's argmax,
+    and keeps speculation on; unknown values are refused; ``llama`` cannot join this
+    process, which runs fast/exact Targets (ggml reads GGML_CPU_TILED_MM once)."""
+    assert DEFAULT_NUMERICS == "fast"
+    with caplog.at_level(logging.INFO, logger="assistd.targets"):
+        t = LlamaTarget(default_model_path(), n_ctx=256)
     try:
-        assert t.numerics == "fast" and t.speculation_off is None
+        assert t.numerics == "fast" and t.promise == BATCH_PROMISE
+        assert t.speculation_off is None
+        assert PROMISES[BATCH_PROMISE] in caplog.text  # said once, at load
+        ids = with_bos(t, t.tokenize("def add(a, b):\n    return"))
+        assert generate(t, ids, NgramProposer(None), max_tokens=4, k=4).tokens
     finally:
         t.close()
     with pytest.raises(ValueError, match="numerics"):
         LlamaTarget(default_model_path(), n_ctx=256, numerics="bitwise")
+    with pytest.raises(InputError, match="numerics must be fast, exact or llama, not 'bitwise'"):
+        open_target(None, n_ctx=256, numerics="bitwise")
+    with pytest.raises(ValueError, match="GGML_CPU_TILED_MM"):
+        LlamaTarget(default_model_path(), n_ctx=256, numerics="llama")
+    with pytest.raises(InputError, match="GGML_CPU_TILED_MM"):  # the front ends' error
+        open_target(None, n_ctx=256, numerics="llama")
+
+
+LLAMA_IN_ITS_OWN_PROCESS = r"""
+import os, sys
+from assistd.decoding.engine import generate
+from assistd.targets.llama import LlamaTarget
+from assistd.targets.open import default_model_path
+
+t = LlamaTarget(default_model_path(), n_ctx=256, numerics="llama")
+assert t.numerics == "llama" and t.promise == "batch-argmax", (t.numerics, t.promise)
+assert t.speculation_off is None and os.environ["GGML_CPU_TILED_MM"] == "1"
+ids = t.tokenize("def add(a, b):\n    return")
+assert len(generate(t, ids, None, max_tokens=4).tokens) == 4
+try:
+    LlamaTarget(default_model_path(), n_ctx=256, numerics="fast")
+except ValueError as e:
+    assert "GGML_CPU_TILED_MM" in str(e), e
+else:
+    sys.exit("fast opened beside llama")
+t.close()
+print("ok")
+"""
+
+
+def test_llama_numerics_open_in_a_process_of_their_own():
+    """``numerics="llama"`` (llama.cpp's defaults, the baseline) loads and decodes in a
+    fresh process, which then refuses ``fast``; in a process with GGML_CPU_TILED_MM=0 in
+    its environment too (the first Target sets it)."""
+    env = {**os.environ, "GGML_CPU_TILED_MM": "0"}
+    p = subprocess.run([sys.executable, "-c", LLAMA_IN_ITS_OWN_PROCESS], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-3000:]
 
 
 def test_speculation_off_decodes_plainly_and_says_why(target, monkeypatch):

@@ -593,7 +593,7 @@ def test_another_thread_count_or_numerics_is_another_calibration(target, tmp_pat
     assert _open(tmp_path, "a", target)[0].calibration.startswith("calibrated in ")
     key = cal.calibration_key(target)
     assert key["target"]["accelerator"] == ""  # the CPU
-    for change in ({"threads": 1}, {"numerics": "fast"}, {"digest": "another file"},
+    for change in ({"threads": 1}, {"numerics": "llama"}, {"digest": "another file"},
                    {"accelerator": "NVIDIA H200"}):
         other = {**key, "target": {**key["target"], **change}}
         assert cal.cache_file(other) != cal.cache_file(key) and cal.read_cached(other) is None

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from assistd.measure.bench import Arm, ArmTotals, Bench, arms_for, check_ledger, first_difference
@@ -85,15 +86,20 @@ def test_short_run_writes_valid_json_markdown_and_png(short_run):
         assert data[:8] == PNG and len(data) > 5000
     assert "wrote" in stderr
     # Not a terminal: progress comes as lines, the last one at the end of the run.
-    total = 4 * 7 * 2  # workloads x arms x repeats (1 case each)
+    total = 4 * 9 * 2  # workloads x arms x repeats (1 case each)
     assert f"bench: {total}/{total} generations" in stderr
 
 
 def test_short_run_has_every_arm_and_workload(short_run):
     report, _, _ = short_run
     assert [w["name"] for w in report["workloads"]] == ["edit", "agent", "stdlib", "novel"]
-    expected = ["plain", "ngram", "suffix", "peer:suffixdecoding", "peer:llama-cpp-python-pld",
-                "peer:transformers-pld", "llama-cpp-python PLD (library)"]
+    # The default numerics (fast) in this process; llama.cpp's defaults (the baseline)
+    # and exact numerics each in a companion process of their own.
+    expected = ["plain", "plain:llama", "plain:exact", "ngram", "suffix", "peer:suffixdecoding",
+                "peer:llama-cpp-python-pld", "peer:transformers-pld",
+                "llama-cpp-python PLD (library)"]
+    assert report["settings"]["numerics"] == "fast" and report["baseline"] == "plain:llama"
+    assert report["settings"]["companions"] == ["llama", "exact"]
     for w in report["workloads"]:
         assert w["cases"] == 1 and w["history_tokens"] > 0, w["name"]
         assert [a["arm"] for a in w["arms"]] == expected
@@ -116,13 +122,26 @@ def test_short_run_obeys_the_ledger_arithmetic(short_run):
     report, _, _ = short_run
     assert check_ledger(report) == []
     for w in report["workloads"]:
-        plain = w["arms"][0]
-        assert plain["speedup"] == pytest.approx(1.0) and plain["draft_tokens"] == 0
+        arms = {a["arm"]: a for a in w["arms"]}
+        assert w["baseline"] == "plain:llama"
+        base = arms["plain:llama"]
+        assert base["speedup"] == pytest.approx(1.0) and base["draft_tokens"] == 0
+        assert base["numerics"] == "llama" and arms["plain"]["numerics"] is None
+        assert arms["plain"]["speedup_vs_plain"] == pytest.approx(1.0)
+        for a in w["arms"]:  # every speedup is against the baseline's tokens/s
+            if a["tokens_per_s"]:
+                assert a["speedup"] == pytest.approx(a["tokens_per_s"] / base["tokens_per_s"])
+            if a["kind"] == "plain" or not a["rounds"]:
+                assert a["ceiling"] is None, a["arm"]
+            else:  # the ceiling at the measured coverage never exceeds the one at 1
+                c = a["ceiling"]
+                assert 0 < c["measured"] <= c["full"] + 1e-9 and c["k"] >= 1 and c["k_full"] >= 1
+        assert set(w["t_ms"]) >= {"1", "2", "8"} and w["t_ms"]["1"] > 0
 
 
 def test_check_ledger_catches_a_broken_row(short_run):
     report = copy.deepcopy(short_run[0])
-    arm = report["workloads"][0]["arms"][2]
+    arm = next(a for a in report["workloads"][0]["arms"] if a["arm"] == "ngram")
     arm["committed_tokens"] += 1
     arm["acceptance_rate"] = 0.123
     problems = check_ledger(report)
@@ -131,15 +150,22 @@ def test_check_ledger_catches_a_broken_row(short_run):
 
 
 def test_greedy_output_matches_plain_up_to_near_ties(short_run):
-    """The bench's own output check as a test: ``differs`` never passes, a near-tie is
-    below the one frozen bound, and with exact numerics (llama.cpp) nothing differs."""
+    """The bench's own output check as a test: a difference under the default (fast)
+    numerics is reproduced by replaying the arm's own forwards (the batch-argmax
+    promise), a near-tie is below the one frozen bound, a companion's plain is compared
+    as other kernels, and with exact numerics (llama.cpp) nothing differs."""
     report, _, _ = short_run
     assert report["settings"]["near_tie_gap"] == NEAR_TIE_GAP
     for w in report["workloads"]:
         for a in w["arms"]:
             m = a["output_match"]
-            assert m["differs"] == 0, (w["name"], a["arm"], m["cases"])
-            assert m["exact"] + m["near_tie"] == w["cases"]
+            assert m["unexplained"] == 0, (w["name"], a["arm"], m["cases"])
+            for c in m["cases"]:
+                if c["status"] == "differs":
+                    assert c["replay_argmax"] is True, (w["name"], a["arm"], c)
+            assert m["exact"] + m["near_tie"] + m["differs"] + m["numerics"] == w["cases"]
+            if a["numerics"] is None:
+                assert m["numerics"] == 0
             for c in m["cases"]:
                 if c["status"] == "near-tie":
                     assert c["gap"] is not None and c["gap"] < NEAR_TIE_GAP, c
@@ -229,8 +255,8 @@ def test_drift_is_warned_about(short_run):
     from assistd.measure.bench import drift_warnings
 
     report = copy.deepcopy(short_run[0])
-    arm = report["workloads"][0]["arms"][1]
-    arm.update(rounds=0, speedup=2.0)
+    arm = next(a for a in report["workloads"][0]["arms"] if a["arm"] == "ngram")
+    arm.update(rounds=0, speedup_vs_plain=2.0)
     report["cost_model"]["points"]["1"] = 900.0
     warnings = drift_warnings(report)
     assert any("drafted nothing" in w and "2.00x" in w for w in warnings)
@@ -340,7 +366,9 @@ def test_tree_run_on_llama_opens_branch_ids_and_matches_plain(edit_repo):
     """A short `bench --tree both` on the edit workload: the Target is opened with
     branch ids (one batch a tree), the tree arms run tree rounds and count them, their
     output equals plain decoding's (exact numerics), and the ledger arithmetic holds."""
-    cmd = [sys.executable, "-m", "assistd", "bench", "--workload", f"edit={edit_repo}",
+    # --numerics exact: output equal to plain decoding's is exact numerics' promise.
+    cmd = [sys.executable, "-m", "assistd", "bench", "--numerics", "exact",
+           "--workload", f"edit={edit_repo}",
            "--proposer", "suffix", "--proposer", "peer:suffixdecoding", "--tree", "both",
            "--nodes", "32", "--k", "8", "--cases", "1", "--max-tokens", "32", "--repeats", "1",
            "--max-prompt-tokens", "400", "--no-library-peer", "--json"]
@@ -359,3 +387,77 @@ def test_tree_run_on_llama_opens_branch_ids_and_matches_plain(edit_repo):
         if a["rounds"]:
             assert a["nodes_per_round"] == pytest.approx(a["draft_tokens"] / a["rounds"])
     assert check_ledger(report) == []
+
+
+def test_replaying_an_arms_forwards_reproduces_every_token_it_committed(tmp_path):
+    """The batch-argmax promise, checked the way the bench checks it: a speculative run
+    under the default (fast) numerics past the 512-cell cache view, where one-token
+    steps round otherwise than batches, then each committed token is the Target's
+    argmax when the run's own forwards are replayed shape for shape."""
+    from assistd.targets.llama import LlamaTarget
+    from assistd.targets.open import default_model_path
+    from proposers import make_proposer
+    from proposers.index import HistoryIndex
+
+    target = LlamaTarget(default_model_path(), n_ctx=2048, numerics="fast")
+    try:
+        text = (ROOT / "assistd/decoding/engine.py").read_text()
+        ids = target.tokenize(text)
+        prompt = [target.bos_token_id] + ids[:700]  # a cache view past 512 cells
+        index = HistoryIndex()
+        index.put("s", 1, np.asarray(ids, dtype=np.int64), "engine.py")
+        suffix = make_proposer("suffix", history=index)
+        g = generate(target, prompt, suffix, max_tokens=40, k=8, scope="s")
+        assert g.ledger.rounds >= 1 and g.ledger.plain_steps >= 1  # both shapes ran
+        assert sum(kept for _, kept in g.shapes) == len(g.tokens)
+        bench = Bench(target, [Arm("plain", "plain", None, 0)], max_tokens=40, repeats=1,
+                      cost=CostModel.brief())
+        replayed = [bench._replay_argmax(prompt, g.tokens, g.shapes, j)
+                    for j in range(len(g.tokens))]
+        assert replayed == g.tokens
+        # and it can fail: a token that is not the Target's choice is not reproduced
+        wrong = list(g.tokens)
+        wrong[5] = (wrong[5] + 1) % target.n_vocab
+        assert bench._replay_argmax(prompt, wrong, g.shapes, 5) != wrong[5]
+    finally:
+        target.close()
+
+
+def test_the_ceiling_is_the_best_chain_over_the_baseline():
+    """chain_ceiling by hand: A = (0.9, 0.72), t(n) = 10 + 4 (n - 1) ms, a baseline of
+    12 ms a token: k = 2 commits 2.62 tokens in 18 ms (1.747x), k = 1 1.9 in 14
+    (1.629x); at coverage 0.5 k = 2 gives 12 (0.5 * 2.62 + 0.5) / (0.5 * 18 + 0.5 * 10)."""
+    from assistd.measure.bench import chain_ceiling, measured_t
+
+    c = chain_ceiling([0.9, 0.72, None], lambda n: 10 + 4 * (n - 1), 12.0, 0.5)
+    assert c["k_full"] == 2 and c["full"] == pytest.approx(12 * 2.62 / 18)
+    assert c["k"] == 2 and c["measured"] == pytest.approx(12 * (0.5 * 2.62 + 0.5) / 14)
+    assert chain_ceiling([None], lambda n: 10.0, 12.0, 1.0) is None
+    # t(n) from ledgers: lengths with too few forwards fall back to the model's shape
+    from assistd.ground.ledger import Ledger
+
+    t = measured_t([Ledger(steps_by_len=[10, 1, 5], verify_ms_by_len=[100.0, 99.0, 150.0])],
+                   lambda n: 5.0 * n)
+    assert (t(1), t(3), t(2), t(5)) == (10.0, 30.0, 20.0, 40.0)
+
+
+def test_a_companion_decodes_plainly_under_its_own_numerics():
+    """The companion process answers the pipe protocol: llama.cpp's defaults run there
+    (a mode this process, which already runs fast/exact Targets, could not host), and
+    an error is an answer, not an exit."""
+    from assistd.measure.bench_companion import Companion
+
+    c = Companion(None, n_ctx=512, threads=None, numerics="llama")
+    try:
+        assert c.promise == "batch-argmax" and c.threads >= 1
+        prompt = [1] + list(range(300, 340))
+        c.prefill(prompt)
+        out = c.run(prompt, 6)
+        assert 1 <= out["committed"] == len(out["tokens"]) <= 6 and out["decode_ms"] > 0
+        assert out["counters"]["plain_steps"] == out["committed"]
+        with pytest.raises(RuntimeError, match="unknown op"):
+            c.ask(op="nonsense")
+        assert c.run(prompt, 2)["committed"] >= 1  # still serving
+    finally:
+        c.close()
+    assert c.proc.returncode == 0

@@ -26,9 +26,10 @@ EDITOR_TEXT = (REPO / "assistd/runtime/runtime.py").read_text(encoding="utf-8")[
 
 def _interleave_and_compare(path, n_ctx=1024):
     """Two prompts, their tokens interleaved over sequences 2 and 0 of a 3-sequence
-    Target, against one-sequence Targets: max |logit difference| over every row."""
-    multi = LlamaTarget(path, n_ctx=n_ctx, sequences=3)
-    single = LlamaTarget(path, n_ctx=n_ctx)
+    Target, against one-sequence Targets: max |logit difference| over every row. Exact
+    numerics: bit-identity is their promise (fast's holds only under 512 cells)."""
+    multi = LlamaTarget(path, n_ctx=n_ctx, sequences=3, numerics="exact")
+    single = LlamaTarget(path, n_ctx=n_ctx, numerics="exact")
     try:
         assert multi.n_seq_max == 3 and multi.n_ctx == single.n_ctx
         a, b = multi.tokenize(AGENT_TEXT)[:300], multi.tokenize(EDITOR_TEXT)[:200]
@@ -143,7 +144,10 @@ def test_agent_editor_agent_keeps_the_agents_prefix_warm(tmp_path, sequences):
     """The issue's interleaving on one daemon engine: with 4 sequences the agent's second
     request evaluates only its new tokens, and its output is a fresh Target's; with 1
     (today's daemon) the editor request evicted the agent's prompt."""
-    service = Service(Config(db=str(tmp_path / "h.db"), n_ctx=1024, sequences=sequences))
+    # Exact numerics: the output and logits are compared with a fresh Target's bit for
+    # bit, which is exact numerics' promise.
+    service = Service(Config(db=str(tmp_path / "h.db"), n_ctx=1024, sequences=sequences,
+                             numerics="exact"))
     service.start()
     try:
         t = service.target
@@ -169,7 +173,7 @@ def test_agent_editor_agent_keeps_the_agents_prefix_warm(tmp_path, sequences):
         st = service.status()["sequences"]
         assert st["n_seq"] == 4 and st["evictions"] == 0
         assert sorted(s["owner"] or "" for s in st["slots"]) == ["", "", "api", "api"]
-        fresh = LlamaTarget(t.model_path, n_ctx=1024)
+        fresh = LlamaTarget(t.model_path, n_ctx=1024, numerics="exact")  # (as the service's)
         try:  # the same tokens and next-token logits as a Target that saw nothing else
             assert fresh_greedy(fresh, agent2, 8) == second.tokens
             seq = next(s["seq"] for s in st["slots"] if s["tokens"] > len(agent2))

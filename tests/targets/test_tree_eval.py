@@ -20,6 +20,7 @@ import pytest
 
 from assistd.decoding.engine import generate
 from assistd.decoding.verify import NEAR_TIE_GAP, greedy_accept_tree, top2_gap
+from assistd.ground.numerics import EXACT_PROMISE
 from assistd.targets.base import TokenTree
 from assistd.targets.llama import LlamaTarget
 from assistd.targets.open import default_model_path
@@ -35,8 +36,9 @@ def prompt_ids(t, rel: str, n: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def tree_llama():
-    """SmolLM2 on llama.cpp with branch sequence ids: trees in one batch."""
-    t = LlamaTarget(default_model_path(), n_ctx=2048, tree_branches=BRANCHES)
+    """SmolLM2 on llama.cpp with branch sequence ids: trees in one batch. Exact numerics:
+    rows and commits are compared bit for bit, which is exact numerics' promise."""
+    t = LlamaTarget(default_model_path(), n_ctx=2048, tree_branches=BRANCHES, numerics="exact")
     yield t
     t.close()
 
@@ -61,7 +63,8 @@ def any_target(request):
 
 
 def exact(t) -> bool:
-    return t.backend == "llama"
+    """Whether ``t`` promises bit-identity (the llama.cpp Targets here run exact numerics)."""
+    return t.promise == EXACT_PROMISE
 
 
 # -- trees -------------------------------------------------------------------
@@ -343,8 +346,8 @@ def test_branch_ids_need_one_sequence():
 
 def test_other_sequences_are_untouched_by_a_tree_round():
     """A 3-sequence Target (trees by the fallback): a tree round in sequence 0 leaves
-    sequences 1 and 2 as they were, bit for bit."""
-    t = LlamaTarget(default_model_path(), n_ctx=512, sequences=3)
+    sequences 1 and 2 as they were, bit for bit (exact numerics' promise)."""
+    t = LlamaTarget(default_model_path(), n_ctx=512, sequences=3, numerics="exact")
     try:
         a, b = prompt_ids(t, "assistd/decoding/engine.py", 150), prompt_ids(t, "storage/store.py", 100)
         t.use_sequence(1)
@@ -364,7 +367,7 @@ def test_other_sequences_are_untouched_by_a_tree_round():
         t.use_sequence(2)
         two = t.evaluate([7], [0])[0]
         assert t.sequence_tokens(1) == a + [7] and t.sequence_tokens(2) == b + [7]
-        ref = LlamaTarget(default_model_path(), n_ctx=512)
+        ref = LlamaTarget(default_model_path(), n_ctx=512, numerics="exact")
         try:
             assert np.array_equal(ref.evaluate(a + [7], [len(a)])[0], one)
             ref.truncate(0)
@@ -384,7 +387,7 @@ def gemma_tree_targets(gemma_path, shared_cache_dir):
     pytest.importorskip("transformers", reason="the torch backend needs pip install 'assistd[torch]'")
     from assistd.targets.hf import TorchTarget
 
-    ts = [LlamaTarget(gemma_path, n_ctx=2048, tree_branches=BRANCHES),
+    ts = [LlamaTarget(gemma_path, n_ctx=2048, tree_branches=BRANCHES, numerics="exact"),
           TorchTarget(gemma_path, n_ctx=2048, device="cpu")]
     yield ts
     for t in ts:
