@@ -41,6 +41,10 @@ class Generation:
     top2_gaps: with ``trace=True``, the Target's top-2 logit gap at each committed
         token's position, aligned with ``tokens``; else empty.
     speculation_off: why a proposer given was not used (``Target.speculation_off``), or None.
+    shapes: per chain step, ``(rows evaluated, rows kept in the KV cache)``: a plain
+        step ``(1, 1)``, a round ``(1 + L, 1 + accepted)``; a tree round ``(0, 0)``.
+        Which rows a forward shared decides their rounding outside exact numerics, so
+        this is what replays a generation's numerics (``assistd bench``).
     """
 
     tokens: list[int]
@@ -49,6 +53,7 @@ class Generation:
     ledger: Ledger
     top2_gaps: list[float] = field(default_factory=list)
     speculation_off: str | None = None
+    shapes: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _StopStrings:
@@ -177,6 +182,7 @@ def generate(
     n = len(prompt)  # committed tokens; the KV cache holds n - 1 of them
     out: list[int] = []
     gaps: list[float] = []
+    shapes: list[tuple[int, int]] = []
     text = None
     stop_reason = None
     while stop_reason is None:
@@ -216,6 +222,7 @@ def generate(
                 path, last = _sample_tree(logits, tree, ctx, n, sampling, rng)
             target.keep_path(path)
             rows = path
+            shapes.append((0, 0))
             accepted = [tree.tokens[i] for i in path[1:]]
         else:
             batch = [int(ctx[n - 1])] + ([] if draft is None else draft.tolist())
@@ -229,6 +236,7 @@ def generate(
             # Keep KV for the tokens before the last committed one: roll back the rest.
             target.truncate(n + j)
             rows = range(j + 1)
+            shapes.append((len(batch), j + 1))
             accepted = [] if draft is None else draft[:j].tolist()
         verify_ms = (time.perf_counter() - t0) * 1000
 
@@ -273,7 +281,7 @@ def generate(
             # U+FFFD, which an editor would insert. Hold them back.
             text = text.rstrip("\ufffd")
     return Generation(tokens=out, text=text, stop_reason=stop_reason, ledger=ledger,
-                      top2_gaps=gaps, speculation_off=off)
+                      top2_gaps=gaps, speculation_off=off, shapes=shapes)
 
 
 def fit_draft(d: Draft, *, depth: int, nodes: int, leaves: int | None) -> Draft:

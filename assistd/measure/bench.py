@@ -1,13 +1,24 @@
 """``assistd bench``: plain decoding, every proposer and the in-stack peers on one ledger.
 
-One process, one Target, the same prompts. Each case is prefilled once (the Target and
-the peer library keep its KV, so no arm pays for the prompt), then run ``repeats``
-times; in every repeat each arm runs once, in an order rotated from case to case and
-repeat to repeat, so that drift in the machine's speed hits every arm alike.
+One Target per numerics mode, the same prompts. The main process runs every arm under
+``--numerics``; on the llama.cpp backend plain decoding also runs under each other mode
+(:mod:`assistd.ground.numerics`) in a companion process of its own
+(:mod:`assistd.measure.bench_companion`: ggml fixes its kernels once per process), driven
+in turn with the others, so the processes never share the cores. Each case is prefilled
+once (every Target and the peer library keep its KV, so no arm pays for the prompt),
+then run ``repeats`` times; in every repeat each arm runs once, in an order rotated from
+case to case and repeat to repeat, so that drift in the machine's speed hits every arm
+alike.
+
+The **baseline** of every speedup is plain decoding with llama.cpp's own default kernels
+on every thread (``plain:llama``, numerics ``llama``; on torch, ``plain``): what a user
+runs without assistd. Each arm's ``ceiling`` is the best chain speedup over it that this
+run's own figures allow (:func:`chain_ceiling`).
 
 Arms:
 
-- ``plain``: the engine with no proposer (k = 0), the baseline of every ratio;
+- ``plain``: the engine with no proposer (k = 0) under the main numerics;
+  ``plain:llama`` and ``plain:exact``: the same in the companions;
 - our proposers (``ngram``, ``suffix``; ``draft_model`` given ``--draft-model``) with
   the workload's history and ``--k`` (``auto``: a fresh tuner per workload, learning as
   the run goes, on the startup calibration of t(n));
@@ -29,16 +40,23 @@ formulas of docs/design.md, "Vocabulary", on read), and:
 - tokens/s = committed tokens / decode seconds, decode = prefill excluded (the library
   peer: the wall time of ``generate`` over a cached prompt, which evaluates the last
   prompt token, as our first step does);
-- speedup = tokens/s / plain's tokens/s over the whole run; its spread is the min and
-  max of the same ratio within each repeat;
+- speedup = tokens/s / the baseline's tokens/s over the whole run; its spread is the
+  min and max of the same ratio within each repeat; ``speedup_vs_plain``: over the main
+  process's plain arm;
+- ceiling: :func:`chain_ceiling` from the arm's per-position acceptance and this
+  workload's measured t(n), at coverage 1 and at the arm's measured coverage;
 - draft and verify ms per committed token; extra memory = bytes held beside the Target
   (the history index, a draft model, the library peer's ``logits_all`` score buffer);
-- output match (greedy): the first repeat's tokens against plain's. Where they differ,
+- output match (greedy): the first repeat's tokens against plain's (a companion's
+  plain: ``numerics`` where other kernels chose other tokens). Where they differ,
   plain decoding is run again with its top-2 logit gap traced: a difference where the
   gap is under :data:`assistd.decoding.verify.NEAR_TIE_GAP` is a rounding near-tie, any other
   one ``differs`` (a decoding bug). For a difference, the common prefix is also
   evaluated afresh in one batch and ``batch_argmax`` says whether the Target's argmax
-  there is the arm's token: a diagnosis (did batch shape decide it?), never a pass.
+  there is the arm's token: a diagnosis (did batch shape decide it?), never a pass;
+  ``replay_argmax`` the same with the arm's own forwards replayed, shape for shape
+  (:meth:`Bench._replay_argmax`), which checks the promise "the Target's argmax for
+  the batch it verified" itself. A difference neither reproduces is ``unexplained``.
 """
 
 from __future__ import annotations
@@ -57,6 +75,7 @@ from assistd.decoding.tuner import K_MAX
 from assistd.decoding.verify import NEAR_TIE_GAP
 from assistd.ground.errors import InputError
 from assistd.ground.ledger import Ledger, ratio
+from assistd.ground.numerics import BASELINE_NUMERICS, DEFAULT_NUMERICS, parse_numerics
 from assistd.measure.bench_workloads import Case, Workload
 from assistd.runtime.runtime import Plan, Runtime, index_width
 
@@ -73,24 +92,29 @@ LIBRARY_PEERS = {"llama": "llama-cpp-python PLD (library)",
 class Arm:
     """One way of decoding: ``kind`` is plain | proposer | peer-rule | peer-library;
     ``k`` the ceiling (tokens) or ``"auto"``; ``tree``: the proposer's token-tree mode
-    (the arm is then named ``proposer+tree``)."""
+    (the arm is then named ``proposer+tree``); ``numerics``: a plain arm's mode when it
+    runs in a companion process (None: the main process)."""
 
     name: str
     kind: str
     proposer: str | None
     k: int | str
     tree: bool = False
+    numerics: str | None = None
 
 
 def arms_for(proposers: Sequence[str], k: int | str, *, library_peer: str | None,
-             draft_model: bool = False, tree: str = "off") -> list[Arm]:
-    """Plain first, then the proposers named (a ``peer:`` name runs at its peer's k;
-    ``NAME+tree`` and ``tree`` as :func:`assistd.measure.replay.tree_arms`),
-    ``draft_model`` when a draft is given, and the library peer named ``library_peer``.
-    Raises :class:`InputError` for an unknown arm."""
+             draft_model: bool = False, tree: str = "off",
+             companions: Sequence[str] = ()) -> list[Arm]:
+    """Plain first, ``plain:MODE`` for each companion numerics mode, then the proposers
+    named (a ``peer:`` name runs at its peer's k; ``NAME+tree`` and ``tree`` as
+    :func:`assistd.measure.replay.tree_arms`), ``draft_model`` when a draft is given,
+    and the library peer named ``library_peer``. Raises :class:`InputError` for an
+    unknown arm."""
     from assistd.measure.replay import split_arm, tree_arms
 
     arms = [Arm("plain", "plain", None, 0)]
+    arms += [Arm(f"plain:{m}", "plain", None, 0, numerics=m) for m in companions]
     for name in tree_arms(proposers, tree):
         proposer, is_tree = split_arm(name)
         if proposer == "draft_model" and not draft_model:
@@ -249,23 +273,35 @@ def tokens_per_s(committed: float, decode_ms: float) -> float | None:
     return ratio(committed, decode_ms / 1000.0)
 
 
-def arm_row(arm: Arm, t: ArmTotals, plain: ArmTotals) -> dict:
-    """One ledger row: the raw sums and every rate computed from them."""
+def arm_row(arm: Arm, t: ArmTotals, baseline: ArmTotals, plain: ArmTotals | None = None,
+            t_ms: Callable[[int], float] | None = None) -> dict:
+    """One ledger row: the raw sums and every rate computed from them. ``baseline``:
+    the arm every speedup is against; ``plain``: the main process's plain arm
+    (``speedup_vs_plain``); ``t_ms``: the workload's measured t(n) (the ceiling)."""
     led = t.ledger
+    plain = plain or baseline
     tps = tokens_per_s(led.committed_tokens, t.decode_ms)
-    base = tokens_per_s(plain.ledger.committed_tokens, plain.decode_ms)
+    base = tokens_per_s(baseline.ledger.committed_tokens, baseline.decode_ms)
+    own = tokens_per_s(plain.ledger.committed_tokens, plain.decode_ms)
     per_repeat = []
     for r in sorted(t.decode_ms_by_repeat):
         a = tokens_per_s(t.committed_by_repeat[r], t.decode_ms_by_repeat[r])
-        b = tokens_per_s(plain.committed_by_repeat.get(r, 0), plain.decode_ms_by_repeat.get(r, 0))
+        b = tokens_per_s(baseline.committed_by_repeat.get(r, 0),
+                         baseline.decode_ms_by_repeat.get(r, 0))
         per_repeat.append(None if a is None or not b else a / b)
     spread = [x for x in per_repeat if x is not None]
     library = arm.kind == "peer-library"
     statuses = [m["status"] for m in t.matches]
     gaps = [m["gap"] for m in t.matches if m.get("gap") is not None]
     committed = led.committed_tokens
+    ceiling = None
+    if t_ms is not None and not library and led.rounds and not led.tree_rounds:
+        base_ms = ratio(baseline.ledger.verify_ms, baseline.ledger.committed_tokens)
+        if base_ms:
+            ceiling = chain_ceiling(led.cumulative_acceptance(), t_ms, base_ms, led.coverage)
     return {
         "arm": arm.name, "kind": arm.kind, "proposer": arm.proposer, "k": arm.k,
+        "numerics": arm.numerics,
         "committed_tokens": int(committed),
         "draft_tokens": None if library else int(led.draft_tokens),
         "accepted_tokens": None if library else int(led.accepted_tokens),
@@ -288,6 +324,8 @@ def arm_row(arm: Arm, t: ArmTotals, plain: ArmTotals) -> dict:
         "verify_ms_per_token": None if library else ratio(led.verify_ms, committed),
         "tokens_per_s": tps,
         "speedup": None if tps is None or not base else tps / base,
+        "speedup_vs_plain": None if tps is None or not own else tps / own,
+        "ceiling": ceiling,
         "speedup_min": min(spread) if spread else None,
         "speedup_max": max(spread) if spread else None,
         "speedup_per_repeat": per_repeat,
@@ -295,9 +333,90 @@ def arm_row(arm: Arm, t: ArmTotals, plain: ArmTotals) -> dict:
         "output_match": {
             "exact": statuses.count("exact"), "near_tie": statuses.count("near-tie"),
             "differs": statuses.count("differs"), "max_gap": max(gaps) if gaps else None,
+            # other kernels (a companion's plain) chose other tokens: not a decoding fault
+            "numerics": statuses.count("numerics"),
+            # a difference the batched re-evaluation did not reproduce
+            "unexplained": sum(1 for m in t.matches if m["status"] in ("near-tie", "differs")
+                               and m.get("batch_argmax") is False
+                               and m.get("replay_argmax") is not True),
             "cases": t.matches,
         },
     }
+
+
+def measured_t(ledgers: Sequence[Ledger], fallback: Callable[[int], float],
+               min_steps: int = 3) -> Callable[[int], float]:
+    """This run's t(n) in ms, from the chain forwards of ``ledgers`` (``verify_ms_by_len``
+    over ``steps_by_len``; a length needs ``min_steps`` forwards): linear between the
+    measured lengths; elsewhere ``fallback`` (the calibrated cost model), shifted to
+    meet the nearest measured point.
+
+    >>> t = measured_t([Ledger(steps_by_len=[4, 0, 3], verify_ms_by_len=[40.0, 0, 60.0])],
+    ...                lambda n: 10.0 * n)
+    >>> [round(t(n), 1) for n in (1, 2, 3, 4)]
+    [10.0, 15.0, 20.0, 30.0]
+    """
+    steps: dict[int, float] = {}
+    ms: dict[int, float] = {}
+    for led in ledgers:
+        for L, (s, m) in enumerate(zip(led.steps_by_len, led.verify_ms_by_len)):
+            steps[L + 1] = steps.get(L + 1, 0.0) + s
+            ms[L + 1] = ms.get(L + 1, 0.0) + m
+    known = sorted(n for n in steps if steps[n] >= min_steps)
+    points = {n: ms[n] / steps[n] for n in known}
+    if not points:
+        return fallback
+
+    def t(n: int) -> float:
+        if n in points:
+            return points[n]
+        lo = max((m for m in known if m < n), default=None)
+        hi = min((m for m in known if m > n), default=None)
+        if lo is not None and hi is not None:
+            w = (n - lo) / (hi - lo)
+            return (1 - w) * points[lo] + w * points[hi]
+        near = lo if lo is not None else hi
+        return points[near] + fallback(n) - fallback(near)
+
+    return t
+
+
+def chain_ceiling(cumulative: Sequence[float | None], t_ms: Callable[[int], float],
+                  base_ms: float, coverage: float | None) -> dict | None:
+    """The best speedup over the baseline that a chain of k draft tokens could give with
+    this run's cumulative acceptance A_1..A_K and forward times t(n) (ms): a round
+    commits E_k = 1 + Σ_{i<=k} A_i tokens in t(k + 1); at coverage c a step is a round
+    with probability c, else a plain step of t(1), so
+
+        speedup_k(c) = base_ms · (c·E_k + 1 - c) / (c·t(k + 1) + (1 - c)·t(1))
+
+    with ``base_ms`` the baseline's Target ms per committed token. Returns ``{"full":
+    max over k at c = 1, "k_full", "measured": max at the measured coverage, "k"}``
+    (None without a measured A_1). Target time only: propose() and the loop's own time
+    are what separates an arm from its ceiling.
+
+    >>> c = chain_ceiling([0.9, 0.8], lambda n: 10.0 + 4.0 * (n - 1), 10.0, 0.5)
+    >>> c["full"], c["k_full"], round(c["measured"], 4), c["k"]
+    (1.5, 2, 1.3214, 2)
+    """
+    best_full = best = (None, 0)
+    total = 1.0
+    t1 = t_ms(1)
+    c = coverage or 0.0
+    for k, a in enumerate(cumulative, start=1):
+        if a is None:
+            break
+        total += a
+        tk = t_ms(k + 1)
+        full = base_ms * total / tk
+        at = base_ms * (c * total + 1 - c) / (c * tk + (1 - c) * t1)
+        if best_full[0] is None or full > best_full[0]:
+            best_full = (full, k)
+        if best[0] is None or at > best[0]:
+            best = (at, k)
+    if best_full[0] is None:
+        return None
+    return {"full": best_full[0], "k_full": best_full[1], "measured": best[0], "k": best[1]}
 
 
 def _short(name: str, width: int = 48) -> str:
@@ -325,14 +444,18 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 class Bench:
     """Runs arms over workloads on one Target. ``library_peer``: a
-    :class:`LlamaCppPromptLookup` (or None); ``draft``: an open draft-model Target."""
+    :class:`LlamaCppPromptLookup` (or None); ``draft``: an open draft-model Target;
+    ``companions``: numerics mode -> :class:`~assistd.measure.bench_companion.Companion`
+    for the ``plain:MODE`` arms."""
 
     def __init__(self, target, arms: Sequence[Arm], *, max_tokens: int, repeats: int,
                  cost, library_peer=None, draft=None, seed: int = 0, progress: Callable[[str, int], None] | None = None,
-                 max_nodes: int = 64):
+                 max_nodes: int = 64, companions: dict | None = None):
         if repeats < 1 or max_tokens < 1:
             raise InputError("--repeats and --max-tokens must be at least 1")
         self.max_nodes = max_nodes
+        self.companions = companions or {}
+        self._shapes: dict[str, list[tuple[int, int]]] = {}  # per arm, this case's first run
         self.target, self.arms, self.max_tokens, self.repeats = target, list(arms), max_tokens, repeats
         self.cost, self.peer, self.draft = cost, library_peer, draft
         self.seed = seed
@@ -385,6 +508,7 @@ class Bench:
             self._prefill(case)
             self._warm(proposers, case, scope)
             first: dict[str, list[int]] = {}
+            self._shapes = {}
             for r in range(self.repeats):
                 shift = (ci * self.repeats + r) % n_arms
                 for arm in self.arms[shift:] + self.arms[:shift]:
@@ -400,13 +524,28 @@ class Bench:
             elif arm.name in proposers:
                 totals[arm.name].extra_memory_bytes = int(proposers[arm.name].memory_bytes)
         plain = totals["plain"]
+        baseline = totals[self.baseline]
+        # This workload's t(n): every chain forward of the main process's arms.
+        mean_ctx = sum(len(c.prompt) for c in w.cases) / max(1, len(w.cases))
+        t_ms = measured_t([totals[a.name].ledger for a in self.arms
+                           if a.kind != "peer-library" and a.numerics is None
+                           and not totals[a.name].ledger.tree_rounds],
+                          lambda n: self.cost.t_ms(n, int(mean_ctx)))
         return {
             "name": w.name, "source": w.source, "description": w.description,
             "cases": len(w.cases), "prompt_tokens": sum(len(c.prompt) for c in w.cases),
             "history_tokens": w.history_tokens, "history_documents": w.history_documents,
-            "k_max": K_MAX,
-            "arms": [arm_row(a, totals[a.name], plain) for a in self.arms],
+            "k_max": K_MAX, "baseline": self.baseline,
+            "t_ms": {str(n): round(t_ms(n), 3) for n in (1, 2, 3, 4, 6, 8, 12, 16)},
+            "arms": [arm_row(a, totals[a.name], baseline, plain, t_ms) for a in self.arms],
         }
+
+    @property
+    def baseline(self) -> str:
+        """The arm every speedup is against: plain under :data:`BASELINE_NUMERICS` (a
+        companion's, or the main process's when it runs that mode), else ``plain``."""
+        name = f"plain:{BASELINE_NUMERICS}"
+        return name if any(a.name == name for a in self.arms) else "plain"
 
     @staticmethod
     def _warm(proposers: dict, case: Case, scope: str) -> None:
@@ -419,8 +558,11 @@ class Bench:
                          language=case.language)
 
     def _prefill(self, case: Case) -> None:
-        """Evaluate the prompt once on the Target and the library peer (untimed)."""
+        """Evaluate the prompt once on the Target, the companions and the library peer
+        (untimed)."""
         generate(self.target, case.prompt, None, max_tokens=1, k=0)
+        for companion in self.companions.values():
+            companion.prefill(case.prompt)
         if self.peer is not None:
             self.peer.prefill(case.prompt)
 
@@ -429,6 +571,10 @@ class Bench:
         if arm.kind == "peer-library":
             tokens, ms = self.peer.generate(case.prompt, self.max_tokens)
             return tokens, len(tokens), ms, None
+        if arm.numerics is not None:
+            out = self.companions[arm.numerics].run(case.prompt, self.max_tokens)
+            return (out["tokens"], out["committed"], out["decode_ms"],
+                    Ledger.from_counters(out["counters"]))
         if proposer is None:
             plan = Plan("none", None, 0, 0, None, case.language)
         elif arm.k == "auto":
@@ -439,6 +585,7 @@ class Bench:
         # Only the tuned arms teach the tuner; the fixed ones and the peers' rules do not.
         g = rt.run(case.prompt, plan, scope=scope, max_tokens=self.max_tokens,
                    record=arm.kind == "proposer" and arm.k == "auto")
+        self._shapes.setdefault(arm.name, g.shapes)
         return g.tokens, g.ledger.committed_tokens, g.ledger.decode_ms, g.ledger
 
     def _match(self, case: Case, first: dict[str, list[int]], totals: dict) -> None:
@@ -449,16 +596,17 @@ class Bench:
         for arm in self.arms:
             tokens = first[arm.name]
             i = first_difference(tokens, plain)
-            if i is None:
-                totals[arm.name].matches.append({"case": case.name, "status": "exact",
-                                                 "first_diff": None, "gap": None,
+            if i is None or arm.numerics is not None:
+                totals[arm.name].matches.append({"case": case.name,
+                                                 "status": "exact" if i is None else "numerics",
+                                                 "first_diff": i, "gap": None,
                                                  "batch_argmax": None})
                 continue
             if traced is None:
                 traced = generate(self.target, case.prompt, None, max_tokens=self.max_tokens,
                                   k=0, trace=True)
             j = first_difference(tokens, traced.tokens)
-            gap, batch = None, None
+            gap, batch, replay = None, None, None
             if j is None:  # plain itself did not reproduce; the arm matches the traced run
                 status = "near-tie"
             else:
@@ -468,9 +616,40 @@ class Bench:
                     if j not in batch_argmax:
                         batch_argmax[j] = self._batch_argmax(case.prompt + traced.tokens[:j])
                     batch = batch_argmax[j] == tokens[j]
+                    shapes = self._shapes.get(arm.name)
+                    if shapes:
+                        r = self._replay_argmax(case.prompt, tokens, shapes, j)
+                        replay = None if r is None else r == tokens[j]
             totals[arm.name].matches.append({
                 "case": case.name, "status": status, "first_diff": i if j is None else j,
-                "gap": None if gap is None else round(float(gap), 4), "batch_argmax": batch})
+                "gap": None if gap is None else round(float(gap), 4), "batch_argmax": batch,
+                "replay_argmax": replay})
+
+    def _replay_argmax(self, prompt: list[int], tokens: list[int],
+                       shapes: list[tuple[int, int]], j: int) -> int | None:
+        """The Target's argmax for output position ``j`` with the arm's own forwards
+        replayed: the prompt prefilled, then each step's kept rows evaluated in a batch of
+        the step's size (the rejected rows padded with a repeat: with batch-invariant
+        kernels a row's result depends on the batch's size, never on its other rows).
+        That reproduces the arm's logits, so a token that is not this argmax would be a
+        verification fault, whatever the numerics. None for a tree round."""
+        t = self.target
+        t.truncate(0)
+        t.evaluate(prompt[:-1], [])
+        ctx = list(prompt) + list(tokens)
+        n = len(prompt)  # committed tokens; the KV cache holds n - 1
+        for rows, kept in shapes:
+            if rows == 0:
+                return None
+            batch = ctx[n - 1 : n - 1 + kept]
+            batch += [batch[-1]] * (rows - len(batch))
+            first = n - len(prompt)  # the output index this step's row 0 predicts
+            if first <= j < first + kept:
+                return int(np.argmax(t.evaluate(batch, [j - first])[0]))
+            t.evaluate(batch, [])
+            t.truncate(n - 1 + kept)
+            n += kept
+        return None
 
     def _batch_argmax(self, tokens: list[int]) -> int:
         """The Target's argmax after ``tokens``, all evaluated afresh in one batch (as a
@@ -509,14 +688,16 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         backend: str = "llama", model=None, draft_model=None, k: int | str = "auto",
         cases: int = 6, max_tokens: int = 96, repeats: int = 3, max_prompt_tokens: int = 1536,
         n_ctx: int = 2048, n_threads: int | None = None, library_peer: bool = True,
-        numerics: str = "exact", seed: int = 0, command: str = "",
+        numerics: str = DEFAULT_NUMERICS, seed: int = 0, command: str = "",
         progress=None, on_workload: Callable[[str], None] | None = None,
         optional: Sequence[str] = (), on_skip: Callable[[str, str], None] | None = None,
         tree: str = "off", max_nodes: int = 64) -> dict:
     """Build the workloads, run every arm, return the report (``assistd bench --json``).
 
     ``progress(total)`` is called once with the number of generations, and returns a
-    ``step(description, n)`` callback. A spec in ``optional`` that cannot be built
+    ``step(description, n)`` callback. On the llama.cpp backend plain decoding also runs
+    under the baseline's numerics and ``exact`` (those ``numerics`` is not), each in a
+    companion process (:mod:`assistd.measure.bench_companion`). A spec in ``optional`` that cannot be built
     (no transcripts found, say) is left out, with ``on_skip(spec, reason)``. ``tree``
     (off | on | both) and ``max_nodes``: token-tree arms and their node budget a round.
     Raises :class:`InputError` (a bad workload,
@@ -541,14 +722,17 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         raise InputError("no workload to run")
     if max_nodes < 1:
         raise InputError(f"--nodes must be at least 1, got {max_nodes}")
+    numerics = parse_numerics(numerics, what="--numerics")
+    modes = [m for m in (BASELINE_NUMERICS, "exact") if m != numerics] if backend == "llama" else []
     arms = arms_for(proposers, k, library_peer=LIBRARY_PEERS.get(backend) if library_peer else None,
-                    draft_model=draft_model is not None, tree=tree)
+                    draft_model=draft_model is not None, tree=tree, companions=modes)
     # llama.cpp verifies a tree in one batch only with branch ids to spare (one sequence).
     branches = TREE_BRANCHES if backend == "llama" and any(a.tree for a in arms) else 0
     started = time.time()
     target = open_target(model, backend=backend, n_ctx=n_ctx, n_threads=n_threads,
                          numerics=numerics, **({"tree_branches": branches} if branches else {}))
     peer = draft = None
+    companions: dict = {}
     try:
         workloads = []
         for spec in workload_specs:
@@ -566,25 +750,33 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
             raise InputError("no workload could be built; pass --workload NAME=PATH")
         if draft_model is not None:
             from assistd.ground.errors import ModelError
-            from proposers.draft_model import open_draft
+            from proposers.draft_model import draft_numerics, open_draft
 
             try:
-                draft = open_draft(draft_model, backend=backend, n_ctx=n_ctx, n_threads=n_threads)
+                draft = open_draft(draft_model, backend=backend, n_ctx=n_ctx, n_threads=n_threads,
+                                   numerics=draft_numerics(target))
             except ModelError as e:
                 raise ModelError(f"--draft-model {draft_model}: {str(e).split(';')[0]}; pass a"
                                  " GGUF of a small model with the Target's tokenizer") from None
         if any(a.kind == "peer-library" for a in arms):
             peer = library_peer_for(target)
+        from assistd.measure.bench_companion import Companion
+
+        for m in modes:  # each loads before the calibration, which wants quiet cores
+            companions[m] = Companion(model, n_ctx=n_ctx, threads=n_threads, numerics=m)
         cost = CostModel.calibrate(target)
         bench = Bench(target, arms, max_tokens=max_tokens, repeats=repeats, cost=cost,
-                      library_peer=peer, draft=draft, seed=seed, max_nodes=max_nodes)
+                      library_peer=peer, draft=draft, seed=seed, max_nodes=max_nodes,
+                      companions=companions)
         if progress is not None:
             bench.progress = progress(bench.steps(workloads))
         results = [bench.run_workload(w) for w in workloads]
         target_desc = {"backend": target.backend, "model": str(getattr(target, "model_path", "")),
-                       "n_ctx": target.n_ctx, "threads": getattr(target, "n_threads", None)}
+                       "n_ctx": target.n_ctx, "threads": getattr(target, "n_threads", None),
+                       "numerics": target.numerics, "promise": target.promise}
+        baseline = bench.baseline
     finally:
-        for m in (peer, draft, target):
+        for m in (peer, draft, target, *companions.values()):
             if m is not None:
                 m.close()
     report = {
@@ -594,9 +786,11 @@ def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PRO
         "wall_s": round(time.time() - started, 1),
         "machine": {**machine(), "threads": target_desc["threads"]},
         "target": target_desc,
+        "baseline": baseline,
         "settings": {"k": k, "max_tokens": max_tokens, "repeats": repeats, "cases": cases,
                      "max_prompt_tokens": budget, "near_tie_gap": NEAR_TIE_GAP,
-                     "numerics": target.numerics, "seed": seed, "tree": tree,
+                     "numerics": target.numerics, "promise": target.promise,
+                     "companions": modes, "seed": seed, "tree": tree,
                      "max_nodes": max_nodes, "tree_branches": branches,
                      "arms": [a.name for a in arms]},
         "cost_model": cost.as_dict(),
@@ -627,11 +821,12 @@ def drift_warnings(report: dict) -> list[str]:
                    "busy; rerun on idle cores")
     for w in report["workloads"]:
         for a in w["arms"]:
-            if a["kind"] == "plain" or a["rounds"] != 0 or a["speedup"] is None:
+            vs = a.get("speedup_vs_plain", a["speedup"])
+            if a["kind"] == "plain" or a["rounds"] != 0 or vs is None:
                 continue
-            if not 1 / DRIFT <= a["speedup"] <= DRIFT:
+            if not 1 / DRIFT <= vs <= DRIFT:
                 out.append(f"{w['name']}: {a['arm']} drafted nothing (plain decoding's work) "
-                           f"but ran at {a['speedup']:.2f}x plain: the machine's speed "
+                           f"but ran at {vs:.2f}x plain: the machine's speed "
                            "drifted during the run; rerun on idle cores, or with more --repeats")
     return out
 
@@ -642,8 +837,9 @@ def check_ledger(report: dict) -> list[str]:
     committed = C + R + P; acceptance rate = C / D; mean acceptance length = 1 + C / R;
     coverage = R / (R + P); Σ accepted per position = C, Σ reached per position = D
     (a row with tree rounds: <= D, since positions are depths and D counts nodes);
-    tokens/s = committed / decode s; speedup = tokens/s / plain's; the spread brackets
-    nothing outside [min, max] of the per-repeat ratios; plain's speedup is 1.
+    tokens/s = committed / decode s; speedup = tokens/s / the baseline's; the spread
+    brackets nothing outside [min, max] of the per-repeat ratios; the baseline's
+    speedup is 1.
     """
     bad = []
 
@@ -655,7 +851,8 @@ def check_ledger(report: dict) -> list[str]:
             bad.append(f"{row}: {what}: {a} != {b}")
 
     for w in report["workloads"]:
-        plain = next(a for a in w["arms"] if a["kind"] == "plain")
+        name = w.get("baseline", "plain")
+        plain = next(a for a in w["arms"] if a["arm"] == name)
         base = plain["tokens_per_s"]
         for a in w["arms"]:
             row = f"{w['name']}/{a['arm']}"
@@ -683,7 +880,7 @@ def check_ledger(report: dict) -> list[str]:
                 bad.append(f"{row}: every round reaches position 1")
             close(a["draft_ms_per_token"], ratio(a["draft_ms"], a["committed_tokens"]),
                   "draft ms/token", row)
-        close(plain["speedup"], 1.0 if base else None, "plain speedup", f"{w['name']}/plain")
+        close(plain["speedup"], 1.0 if base else None, "baseline speedup", f"{w['name']}/{name}")
     return bad
 
 

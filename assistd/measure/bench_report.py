@@ -10,7 +10,10 @@ Every number may be ``None`` (no data: a peer library that exposes no acceptance
 that never drafted); it is shown as ``-``. Columns, per arm of a workload:
 
     tok/s            committed tokens per second of decoding
-    speedup          tok/s over the plain arm's, mean of the repeats (min–max of repeats)
+    speedup          tok/s over the baseline's (plain decoding, llama.cpp's default
+                     kernels: ``plain:llama``), whole run (min–max of repeats)
+    ceiling          the best chain speedup this run's t(n) and per-position acceptance
+                     allow, at the arm's measured coverage / at coverage 1
     accept           acceptance_rate = accepted / drafted tokens
     mean len         mean_acceptance_length = 1 + accepted / rounds (tokens per round)
     coverage         rounds / (rounds + plain steps)
@@ -20,7 +23,10 @@ that never drafted); it is shown as ``-``. Columns, per arm of a workload:
     draft, verify    milliseconds per committed token
     extra MiB        memory over plain decoding, MiB (2**20 bytes)
     output match     cases whose text equals plain decoding's; a near-tie differs only
-                     where plain decoding's top-2 logits were within ``near_tie_gap``
+                     where plain decoding's top-2 logits were within ``near_tie_gap``;
+                     ``numerics``: a companion's plain, whose other kernels chose other
+                     tokens; ``unexplained``: a difference the batched re-evaluation
+                     did not reproduce
 
 Example cells: speedup 1.23 over repeats 1.18..1.27 is ``1.23× (1.18–1.27)``; output
 match 5 exact, 1 near-tie of 6 is ``5/6 +1 near-tie``; a = [0.82, 0.75, 0.6] is ``.82 .75 .60``.
@@ -35,14 +41,19 @@ from pathlib import Path
 from assistd.ground.errors import InputError
 
 POSITIONS = 4  # conditional acceptances shown in the tables (JSON and plot have all)
-HEADERS = ["arm", "tok/s", "speedup (× plain)", "accept", "mean len (tok/round)", "coverage",
-           f"a_1..a_{POSITIONS}", "draft ms/tok", "verify ms/tok", "extra MiB", "output match"]
-LEGEND = ("speedup = tok/s over plain decoding's, whole run (min–max of the repeats); tok/s ="
+HEADERS = ["arm", "tok/s", "speedup (× baseline)", "ceiling (cov. / 1)", "accept",
+           "mean len (tok/round)", "coverage", f"a_1..a_{POSITIONS}", "draft ms/tok",
+           "verify ms/tok", "extra MiB", "output match"]
+LEGEND = ("speedup = tok/s over the baseline's (plain decoding with llama.cpp's default"
+          " kernels on every thread, plain:llama, in its own process), whole run (min–max of"
+          " the repeats); ceiling = the best chain speedup this run's t(n) and per-position"
+          " acceptance allow, at the arm's coverage / at coverage 1; tok/s ="
           " committed tokens / decode s (prefill excluded); accept = accepted /"
           " drafted tokens; mean len = 1 + accepted / rounds; coverage = rounds / steps;"
           f" a_1..a_{POSITIONS} = conditional acceptance per draft position; ms/tok = per"
           " committed token; output match = cases identical to plain decoding (near-tie:"
-          " differs only where plain's top-2 logits are within the gap)")
+          " differs only where plain's top-2 logits are within the gap; numerics: a"
+          " companion's plain under other kernels)")
 TREE_HEADERS = ["tree rounds", "nodes/round"]  # after coverage, where a tree ran
 TREE_LEGEND = ("; tree rounds = rounds whose draft branched; nodes/round = draft tokens (tree"
                " nodes) verified per round; accept is then accepted / verified nodes")
@@ -63,6 +74,14 @@ def _speedup(arm: dict) -> str:
     return text
 
 
+def _ceiling(arm: dict) -> str:
+    """``1.31× / 1.52×`` (at the measured coverage / at coverage 1), or ``-``."""
+    c = arm.get("ceiling")
+    if not c:
+        return "-"
+    return f"{c['measured']:.2f}× / {c['full']:.2f}×"
+
+
 def _positions(arm: dict) -> str:
     a = (arm.get("conditional_acceptance") or [])[:POSITIONS]
     if all(x is None for x in a):
@@ -77,18 +96,22 @@ def _mib(n_bytes) -> str:
 def _match(arm: dict) -> tuple[str, str]:
     """(``exact/total`` plus the near-tie count, the ``N DIFFERS`` part or ``""``)."""
     m = arm.get("output_match") or {}
-    exact, near, differs = (m.get(k) or 0 for k in ("exact", "near_tie", "differs"))
-    total = exact + near + differs
+    exact, near, differs, other, unexplained = (
+        m.get(k) or 0 for k in ("exact", "near_tie", "differs", "numerics", "unexplained"))
+    total = exact + near + differs + other
     if not total:
         return "-", ""
-    head = f"{exact}/{total}" + (f" +{near} near-tie" if near else "")
-    return head, (f"{differs} DIFFERS" if differs else "")
+    head = (f"{exact}/{total}" + (f" +{near} near-tie" if near else "")
+            + (f" +{other} numerics" if other else ""))
+    bad = ([f"{differs} DIFFERS"] if differs else []) + (
+        [f"{unexplained} UNEXPLAINED"] if unexplained else [])
+    return head, " ".join(bad)
 
 
 def _cells(arm: dict) -> list[str]:
     """Every column but output match, as text."""
     return [str(arm.get("arm", "?")), _f(arm.get("tokens_per_s"), ".1f"), _speedup(arm),
-            _f(arm.get("acceptance_rate")), _f(arm.get("mean_acceptance_length")),
+            _ceiling(arm), _f(arm.get("acceptance_rate")), _f(arm.get("mean_acceptance_length")),
             _f(arm.get("coverage")), _positions(arm), _f(arm.get("draft_ms_per_token")),
             _f(arm.get("verify_ms_per_token")), _mib(arm.get("extra_memory_bytes"))]
 
@@ -135,7 +158,9 @@ def _machine_line(report: dict) -> str:
 def _target_line(report: dict) -> str:
     t = report.get("target") or {}
     model = t.get("model") and Path(str(t["model"])).name
-    parts = [t.get("backend"), model, t.get("n_ctx") and f"n_ctx {t['n_ctx']}"]
+    parts = [t.get("backend"), model, t.get("n_ctx") and f"n_ctx {t['n_ctx']}",
+             t.get("numerics") and f"numerics {t['numerics']}",
+             t.get("promise") and f"promise {t['promise']}"]
     return "target: " + (" ".join(str(p) for p in parts if p) or "-")
 
 
@@ -237,11 +262,12 @@ def _arm_colors(report: dict, keep) -> dict[str, str]:
 
 
 def plot_speedup(report: dict, path: str | Path):
-    """Grouped bars into ``path`` (PNG): speedup over plain decoding (× plain) per
-    workload, a bar per non-plain arm with a min–max whisker over the repeats; the dashed
-    line at 1.0 is plain decoding. Returns the matplotlib ``Figure``."""
+    """Grouped bars into ``path`` (PNG): speedup over the baseline (× baseline) per
+    workload, a bar per arm but the baseline with a min–max whisker over the repeats; the
+    dashed line at 1.0 is the baseline. Returns the matplotlib ``Figure``."""
     path, workloads = Path(path), report.get("workloads") or []
-    colors = _arm_colors(report, lambda a: a.get("kind") != "plain")
+    baseline = report.get("baseline", "plain")
+    colors = _arm_colors(report, lambda a: a.get("arm") != baseline)
     fig = _figure(max(8.0, 3.5 + 0.5 * max(1, len(workloads)) * max(1, len(colors))), 4.5)
     ax = fig.subplots()
     width = 0.8 / max(1, len(colors))
@@ -260,14 +286,14 @@ def plot_speedup(report: dict, path: str | Path):
                                     is not None else s) - s))
         bars = ax.bar(xs, ys, width, yerr=err, capsize=3, color=color, label=name)
         ax.bar_label(bars, fmt="%.2f", fontsize="x-small", padding=2)
-    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="plain decoding (1.0)")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label=f"baseline: {baseline} (1.0)")
     ax.set_xticks(range(len(workloads)), [str(w.get("name", "?")) for w in workloads])
     model = (report.get("target") or {}).get("model")
-    ax.set(xlabel="workload", ylabel="speedup (× plain decoding tok/s)",
-           title="assistd bench: speedup over plain decoding"
+    ax.set(xlabel="workload", ylabel=f"speedup (× {baseline} tok/s)",
+           title="assistd bench: speedup over the baseline"
            + (f"\n{Path(str(model)).name}" if model else ""))
     if not colors:
-        ax.text(0.5, 0.5, "no arms besides plain decoding", ha="center", va="center",
+        ax.text(0.5, 0.5, "no arms besides the baseline", ha="center", va="center",
                 transform=ax.transAxes)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     return _save(fig, path)
