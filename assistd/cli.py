@@ -827,10 +827,13 @@ def bench(workloads, proposers, backend, model, draft_model, k, cases, max_token
           as_json, report_dir):
     """Measure plain decoding, every proposer and the in-stack peers on one ledger.
 
-    One process, one Target, the same prompts, the arms interleaved. Prints per
-    workload and arm: tokens/s, speedup over plain (min-max over repeats), acceptance
-    rate, mean acceptance length, coverage, per-position acceptance, draft and verify
-    ms per token, extra memory, and whether greedy output matched plain decoding.
+    One Target per numerics mode, the same prompts, the arms interleaved: every arm
+    under --numerics here, plain decoding under llama.cpp's defaults (plain:llama, the
+    baseline of every speedup) and exact numerics (plain:exact) each in a process of
+    its own. Prints per workload and arm: tokens/s, speedup over the baseline (min-max
+    over repeats), the ceiling this run's t(n) and acceptance allow, acceptance rate,
+    mean acceptance length, coverage, per-position acceptance, draft and verify ms per
+    token, extra memory, and whether greedy output matched plain decoding.
 
     \b
     Examples:

@@ -5,22 +5,23 @@ The one place the modes, the default and their promises are written (docs/design
 setting ``numerics``, ``mcp --no-daemon``, the benchmarks) validates through
 :func:`parse_numerics` and defaults to :data:`DEFAULT_NUMERICS`.
 
-- ``fast`` (the default): batch-invariant matmuls (no weight repacking, no tiled K-quant
-  matmul), flash attention, ubatches of at most 48 tokens, every thread on every step.
-  Measured on 2 cores (SmolLM2-135M Q4_1): t(1) 9.3 ms, t(8) 36.5 ms against llama.cpp's
-  own defaults' 9.9 and 38.2. Batched and one-token logits are bit-identical while the
-  cache view is under 512 cells; past it ggml splits a single query's attention over the
-  threads, which rounds otherwise (up to 1.2 logits on SmolLM2, 3.3 on Gemma 3 270M).
-  Promise: greedy output is the Target's argmax for the batch it verified (vLLM's).
-- ``exact``: as ``fast`` but one thread on one-token steps, so batched and one-token
-  evaluation agree to the bit at every context: speculative greedy output is plain
-  decoding's, token for token. Plain steps cost 1.7x (SmolLM2) to 1.8x (Gemma 3).
-- ``llama``: llama.cpp's own defaults (weight repacking, tiled K-quant matmul, ubatches
-  of 512, flash attention as ``auto`` resolves it on a CPU): what llama-server runs, the
-  baseline of every speedup assistd reports. Same promise as ``fast``, wider drift.
+- ``fast`` (the default): llama.cpp's default kernels on every thread (flash attention
+  off, as llama-cpp-python's ``Llama()`` has it: at 1,000-1,500 tokens of context its
+  batches cost least; SmolLM2 on 2 cores, t(1) 13.2 ms, t(4) 31.3), without the tiled
+  K-quant matmul (batches of 8+ rows of a K-quant model). Promise: greedy output is
+  the Target's argmax for the batch it verified (vLLM's and llama.cpp's own); batched
+  and one-token logits differ by up to ~1 logit (SmolLM2 Q4_1), 1.7 (Gemma 3 Q4_K_M),
+  so output may differ from one-token decoding where plain's top-2 gap is below that.
+- ``exact``: batch-invariant kernels only (flash attention, ubatches of at most 48, no
+  repacking, no tiled matmul, one thread on one-token steps), so batched and one-token
+  evaluation agree to the bit and speculative greedy output is plain decoding's, token
+  for token. Its plain steps cost 1.9x (t(1) 24.6 ms) and its rounds ~1.3x.
+- ``llama``: llama.cpp exactly as it ships (the tiled K-quant matmul on): the baseline
+  every speedup assistd reports is against. Same promise as ``fast``.
 
 ``GGML_CPU_TILED_MM`` is read once per process by ggml, so ``llama`` cannot share a
-process with ``fast`` or ``exact`` (:func:`tiled_mm` says which value a mode needs).
+process with ``fast`` or ``exact`` (:func:`tiled_mm` says which value a mode needs);
+``fast`` turns it off so that one process can host ``fast`` and ``exact`` Targets.
 """
 
 from __future__ import annotations

@@ -8,29 +8,29 @@ is rolled back exactly with ``llama_memory_seq_rm``.
 Numerics (:mod:`assistd.ground.numerics`: the modes, the default, their promises).
 ggml's CPU kernels pick their path by batch shape and thread count, and those paths
 round differently: a token's logits, and the keys and values it leaves in the cache,
-depend on how many tokens shared its ``llama_decode`` call. Measured here: up to 0.75
+depend on how many tokens shared its ``llama_decode`` call. Measured here: up to 0.75-1
 logits on SmolLM2 Q4_1 and 1.7 on Gemma 3 Q4_K_M under llama.cpp's defaults, enough to
-flip tokens whose top-2 gap is over 1. ``fast`` and ``exact`` use only paths whose
-result per token does not depend on the batch:
+flip tokens whose top-2 gap is over 1. ``fast`` (the default) and ``llama`` keep
+llama.cpp's default kernels, whose batches are cheapest (attention as matmuls, flash
+attention off): speculative output is then the Target's argmax for the batch it
+verified. ``exact`` uses only paths whose result per token does not depend on the batch:
 
 - flash attention, whose per-query kernel reduces over the cache in one fixed order;
 - ubatches of at most ``EXACT_UBATCH`` tokens, under the 64-query tile at which ggml
   switches to a tiled attention kernel that rounds differently;
+- one thread for one-token ubatches: with more, ggml splits a single query's
+  reduction over the cache across threads once the cache view reaches 512 cells
+  (``use_split_kv_path`` in ggml-cpu's ``ops.cpp``); batches keep every thread;
 - no weight repacking (``use_extra_bufts``: interleaved gemm kernels for batches of
   4+ rows) and no tiled K-quant matmul (``GGML_CPU_TILED_MM=0``: 8+ rows).
 
-They differ in one-token steps. With more than one thread, ggml splits a single
-query's reduction over the cache across threads once the cache view reaches 512 cells
-(``use_split_kv_path`` in ggml-cpu's ``ops.cpp``), which rounds otherwise. ``exact``
-gives one-token steps one thread, so batched and one-token evaluation are
-bit-identical at every context and speculative output equals plain decoding token for
-token; ``fast`` gives them every thread (t(1) 9.3 ms against 16.1 on 2 cores) and is
-bit-identical only under 512 cells. With fewer rows than threads' worth of work these
-kernels are also faster than llama.cpp's defaults here (t(8) 36.5 ms against 38.2).
-``llama`` keeps llama.cpp's defaults (flash attention as ``auto`` resolves it on a CPU),
-the baseline every speedup is measured against. A GPU offload is never
-batch-invariant; speculation stays on and the promise is the batch's argmax
-(:attr:`LlamaTarget.promise`).
+Then batched and one-token evaluation are bit-identical on the CPU, and speculative
+output equals plain decoding token for token, at a cost measured on 2 cores after
+1,000 tokens of context: t(1) 24.6 ms against 13.2, t(4) 39.9 against 31.3 (SmolLM2).
+``GGML_CPU_TILED_MM`` is read once per process, so ``fast`` (and ``exact``) turn it off
+and ``llama`` (the benchmarks' baseline: llama.cpp exactly as it ships) needs a process
+of its own. A GPU offload is never batch-invariant; speculation stays on and the
+promise is the batch's argmax (:attr:`LlamaTarget.promise`).
 
 Token trees (``tree_branches`` > 0; docs/design.md, "Contracts the next pieces build
 on"): one ``llama_batch`` holds every node, at position ``n_past + depth``, each token
@@ -358,10 +358,10 @@ class LlamaTarget(Target):
 def open_llama(path: Path, *, numerics: str, threads: int, n_batch: int = 512, n_seq: int = 1,
                spare_seq: int = 0, **kwargs):
     """A ``llama_cpp.Llama`` with the kernels of ``numerics`` (see the module): for
-    ``"fast"`` and ``"exact"`` flash attention, ubatches of at most ``EXACT_UBATCH``
-    tokens, no weight repacking, no tiled K-quant matmul, and ``threads`` for batches;
-    one-token ubatches get ``threads`` (fast) or one thread (exact). ``"llama"``:
-    llama.cpp's defaults on ``threads``. ``n_seq`` > 1: that many KV sequences in
+    ``"exact"`` flash attention, ubatches of at most ``EXACT_UBATCH`` tokens, no weight
+    repacking, no tiled K-quant matmul, ``threads`` for batches and one thread for
+    one-token ubatches; ``"fast"`` and ``"llama"``: llama.cpp's defaults on ``threads``
+    (``"fast"`` without the tiled K-quant matmul). ``n_seq`` > 1: that many KV sequences in
     separate streams, the ``n_ctx`` in ``kwargs`` split evenly between them.
     ``spare_seq`` > 0 (with ``n_seq == 1``): that many more sequence ids in one unified
     cache, for token trees. ``kwargs`` go to ``Llama`` (n_ctx, n_gpu_layers, logits_all,
@@ -377,18 +377,20 @@ def open_llama(path: Path, *, numerics: str, threads: int, n_batch: int = 512, n
         context = {"n_seq_max": n_seq + spare_seq, "kv_unified": True}
     else:
         context = {"n_seq_max": n_seq, "kv_unified": False} if n_seq > 1 else {}
-    if numerics == "llama":
-        # llama.cpp's context default is flash attention "auto", which enables it on a
-        # CPU; llama-cpp-python turns it off unless asked (measured here: t(1) 11.0 ms
-        # off, 9.9 on, SmolLM2 at 1,000 tokens).
+    if numerics != "exact":
+        # llama.cpp's default kernels, flash attention off as llama-cpp-python's Llama()
+        # has it: measured here at 1,000-1,500 tokens of context it is the faster
+        # choice (SmolLM2, 2 threads: t(1) 13.2-14.2 ms against 13.3-15.9 with it on,
+        # t(4) 31-32 against 37-45). "fast" differs from "llama" only in the tiled
+        # K-quant matmul (batches of 8+ rows of a K-quant model), which ggml fixes per
+        # process (fix_tiled_mm).
         with _default_params(llama_cpp, context=context):
             return llama_cpp.Llama(model_path=str(path), n_batch=n_batch, n_ubatch=n_batch,
                                    n_threads=threads, n_threads_batch=threads,
-                                   flash_attn=True, verbose=False, **kwargs)
+                                   flash_attn=False, verbose=False, **kwargs)
     with _default_params(llama_cpp, model={"use_extra_bufts": False}, context=context):
         return llama_cpp.Llama(model_path=str(path), n_batch=n_batch,
-                               n_ubatch=min(n_batch, EXACT_UBATCH),
-                               n_threads=1 if numerics == "exact" else threads,
+                               n_ubatch=min(n_batch, EXACT_UBATCH), n_threads=1,
                                n_threads_batch=threads, flash_attn=True, verbose=False, **kwargs)
 
 

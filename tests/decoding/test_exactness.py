@@ -6,8 +6,8 @@ the Target's choice. The cause was not the cache rollback but ggml's CPU kernels
 token's logits, and the KV it leaves behind, depended on how many tokens shared its
 ``llama_decode`` call (a verification batch, a prefill, a cache kept from another
 request). With exact numerics (``assistd.targets.llama``; the session Targets pin
-``numerics="exact"``, since bit-identity is exact numerics' promise and the default,
-fast, keeps it only under 512 cells) batched and one-token evaluation are
+``numerics="exact"``, since bit-identity is exact numerics' promise; the default,
+fast, promises the batch's argmax) batched and one-token evaluation are
 bit-identical, so these tests ask for equality; the frozen near-tie bound
 (:data:`assistd.decoding.verify.NEAR_TIE_GAP`) is only reported, for the torch backend.
 
