@@ -146,11 +146,11 @@ def _remote_options(fn=None, *, env: bool = False):
 
 
 # (assistd.ground.numerics: the modes, the default and their promises)
-_NUMERICS_HELP = ("llama backend: fast = batch-invariant kernels on every thread (greedy"
-                  " output is the Target's argmax for the batch it verified); exact = one"
-                  " thread on one-token steps (greedy output is plain decoding's, bit for bit;"
-                  " plain steps ~1.7x slower); llama = llama.cpp's own defaults (the baseline,"
-                  " same promise as fast).")
+_NUMERICS_HELP = ("llama backend: fast = llama.cpp's default kernels on every thread (greedy"
+                  " output is the Target's argmax for the batch it verified); exact ="
+                  " batch-invariant kernels, one thread on one-token steps (greedy output is"
+                  " plain decoding's, bit for bit; plain steps ~1.9x slower); llama ="
+                  " llama.cpp exactly as it ships (the baseline, same promise as fast).")
 _numerics_option = click.option(
     "--numerics", type=click.Choice(NUMERICS), default=DEFAULT_NUMERICS, show_default=True,
     help=_NUMERICS_HELP,

@@ -1,8 +1,8 @@
 """Plain decoding under other numerics, in a process of its own, for ``assistd bench``.
 
 ggml reads ``GGML_CPU_TILED_MM`` once per process (:func:`assistd.targets.llama.fix_tiled_mm`),
-so llama.cpp's defaults (the baseline every speedup is against) and the batch-invariant
-modes cannot share one process honestly. ``assistd bench`` starts one companion per other
+so llama.cpp as it ships (numerics ``llama``, the baseline every speedup is against)
+cannot share a process with ``fast`` or ``exact``, which turn it off. ``assistd bench`` starts one companion per other
 mode, ``python -m assistd.measure.bench_companion``, and drives it over a pipe so that its
 runs interleave with the main process's arms on the same prompts, one at a time (the
 main process waits while the companion decodes, so they never share the cores).

@@ -13,7 +13,7 @@ that never drafted); it is shown as ``-``. Columns, per arm of a workload:
     speedup          tok/s over the baseline's (plain decoding, llama.cpp's default
                      kernels: ``plain:llama``), whole run (min–max of repeats)
     ceiling          the best chain speedup this run's t(n) and per-position acceptance
-                     allow, at the arm's measured coverage / at coverage 1
+                     allow, at the arm's measured coverage / at coverage 1 (``1.31× / 1.52×``)
     accept           acceptance_rate = accepted / drafted tokens
     mean len         mean_acceptance_length = 1 + accepted / rounds (tokens per round)
     coverage         rounds / (rounds + plain steps)
@@ -41,7 +41,7 @@ from pathlib import Path
 from assistd.ground.errors import InputError
 
 POSITIONS = 4  # conditional acceptances shown in the tables (JSON and plot have all)
-HEADERS = ["arm", "tok/s", "speedup (× baseline)", "ceiling (cov. / 1)", "accept",
+HEADERS = ["arm", "tok/s", "speedup (× baseline)", "ceiling", "accept",
            "mean len (tok/round)", "coverage", f"a_1..a_{POSITIONS}", "draft ms/tok",
            "verify ms/tok", "extra MiB", "output match"]
 LEGEND = ("speedup = tok/s over the baseline's (plain decoding with llama.cpp's default"
@@ -178,7 +178,7 @@ def print_ledger(report: dict, console=None) -> None:
 
     if console is None:
         kw = {"emoji": False, "markup": False, "highlight": False}
-        console = Console(**kw) if sys.stdout.isatty() else Console(width=160, **kw)
+        console = Console(**kw) if sys.stdout.isatty() else Console(width=200, **kw)
     for w in report.get("workloads") or []:
         table = Table(title=f"{w.get('name', '?')}: {_counts(w)}", title_justify="left")
         trees = _has_trees(w)

@@ -159,6 +159,9 @@ def test_greedy_output_matches_plain_up_to_near_ties(short_run):
     for w in report["workloads"]:
         for a in w["arms"]:
             m = a["output_match"]
+            if a["kind"] == "peer-library":  # llama-cpp-python's own loop: reported only
+                print(w["name"], a["arm"], m)
+                continue
             assert m["unexplained"] == 0, (w["name"], a["arm"], m["cases"])
             for c in m["cases"]:
                 if c["status"] == "differs":
@@ -378,12 +381,13 @@ def test_tree_run_on_llama_opens_branch_ids_and_matches_plain(edit_repo):
     s = report["settings"]
     assert (s["tree"], s["max_nodes"], s["tree_branches"]) == ("both", 32, 16)
     arms = {a["arm"]: a for a in report["workloads"][0]["arms"]}
-    assert list(arms) == ["plain", "suffix", "suffix+tree", "peer:suffixdecoding",
-                          "peer:suffixdecoding+tree"]
+    assert list(arms) == ["plain", "plain:llama", "suffix", "suffix+tree",
+                          "peer:suffixdecoding", "peer:suffixdecoding+tree"]
     assert arms["suffix"]["tree_rounds"] == 0 and arms["peer:suffixdecoding"]["tree_rounds"] == 0
     assert arms["peer:suffixdecoding+tree"]["tree_rounds"] > 0, arms["peer:suffixdecoding+tree"]
     for a in arms.values():
-        assert a["output_match"]["exact"] == 1, (a["arm"], a["output_match"])
+        if a["numerics"] is None:  # plain:llama (the baseline) runs other kernels
+            assert a["output_match"]["exact"] == 1, (a["arm"], a["output_match"])
         if a["rounds"]:
             assert a["nodes_per_round"] == pytest.approx(a["draft_tokens"] / a["rounds"])
     assert check_ledger(report) == []

@@ -174,7 +174,7 @@ def test_plots_draw_measured_arms_only(tmp_path):
     assert not novel.lines and "no drafts" in [t.get_text() for t in novel.texts]
     (ax,) = plot_speedup(REPORT, tmp_path / "speed.png").axes
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["plain decoding (1.0)", "suffix", PEER]
+    assert legend == ["baseline: plain (1.0)", "suffix", PEER]  # a report without plain:llama
     heights = sorted(round(b.get_height(), 2) for b in ax.patches)
     assert heights == [0.99, 1.08, 1.23]  # the peer has no speedup in novel: no bar
     for name in ("acc.png", "speed.png"):
@@ -210,3 +210,15 @@ def test_tree_columns_only_where_a_tree_ran():
     text = _render(report)
     assert "nodes/round" in text and "suffix+tree" in text
     assert "tree rounds" not in ledger_markdown(REPORT)
+
+
+def test_the_ceiling_and_an_unexplained_difference_are_shown():
+    """The ceiling cell is at-coverage / at-1; a difference nothing reproduced says so."""
+    report = copy.deepcopy(REPORT)
+    arm = report["workloads"][0]["arms"][1]
+    arm["ceiling"] = {"measured": 1.31, "full": 1.52, "k": 4, "k_full": 6}
+    arm["output_match"] = {"exact": 5, "near_tie": 0, "differs": 1, "numerics": 0,
+                           "unexplained": 1, "cases": []}
+    text, md = _render(report), ledger_markdown(report)
+    assert "| 1.31× / 1.52× |" in md and "5/6 **1 DIFFERS 1 UNEXPLAINED**" in md
+    assert "1.31× /" in text and "UNEXPLAINED" in text  # the terminal may wrap a cell
