@@ -9,6 +9,7 @@ measured on that device, never here.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from assistd.decoding.engine import generate
