@@ -74,7 +74,8 @@ def promise(numerics: str, *, gpu: bool = False) -> str:
 
 def tiled_mm(numerics: str) -> str:
     """The ``GGML_CPU_TILED_MM`` value a mode needs: "1" (ggml's default) for ``llama``,
-    "0" for the batch-invariant modes.
+    "0" for ``fast`` and ``exact`` (exact's batch invariance needs it off; fast shares
+    exact's processes).
 
     >>> tiled_mm("llama"), tiled_mm("fast")
     ('1', '0')

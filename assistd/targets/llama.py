@@ -98,9 +98,9 @@ class LlamaTarget(Target):
     :data:`assistd.ground.numerics.NUMERICS` (see the module). Raises :class:`ModelError`
     when the file is missing, unreadable, not GGUF, or fails to load, and ValueError
     for an unknown ``numerics`` or one whose ``GGML_CPU_TILED_MM`` this process has
-    already fixed otherwise (``llama`` beside ``fast``/``exact``). tree_branches: leaves a token tree may have in one
-    batch (spare sequence ids; 0: trees go one branch at a time); needs
-    ``sequences=1`` (ValueError otherwise), see the module.
+    already fixed otherwise (``llama`` beside ``fast``/``exact``). tree_branches:
+    leaves a token tree may have in one batch (spare sequence ids; 0: trees go one
+    branch at a time); needs ``sequences=1`` (ValueError otherwise), see the module.
     """
 
     backend = "llama"
@@ -398,7 +398,7 @@ def fix_tiled_mm(numerics: str) -> None:
     """Set ``GGML_CPU_TILED_MM`` for ``numerics`` (:func:`assistd.ground.numerics.tiled_mm`)
     the first time a Target opens in this process; later, raise ValueError if the mode
     needs the other value. ggml reads the variable once per process, so ``llama`` and
-    the batch-invariant modes each need a process of their own (``assistd bench`` runs
+    ``fast``/``exact`` each need a process of their own (``assistd bench`` runs
     its baseline in one)."""
     global _tiled_mm_fixed
     want = tiled_mm(numerics)
