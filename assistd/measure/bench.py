@@ -394,7 +394,8 @@ def chain_ceiling(cumulative: Sequence[float | None], t_ms: Callable[[int], floa
     with ``base_ms`` the baseline's Target ms per committed token. Returns ``{"full":
     max over k at c = 1, "k_full", "measured": max at the measured coverage, "k"}``
     (None without a measured A_1). Target time only: propose() and the loop's own time
-    are what separates an arm from its ceiling.
+    are what separates an arm from its ceiling. It is the best *fixed* k: an arm that
+    drafts long where it is sure and short elsewhere may pass it.
 
     >>> c = chain_ceiling([0.9, 0.8], lambda n: 10.0 + 4.0 * (n - 1), 10.0, 0.5)
     >>> c["full"], c["k_full"], round(c["measured"], 4), c["k"]

@@ -45,9 +45,10 @@ HEADERS = ["arm", "tok/s", "speedup (× baseline)", "ceiling", "accept",
            "mean len (tok/round)", "coverage", f"a_1..a_{POSITIONS}", "draft ms/tok",
            "verify ms/tok", "extra MiB", "output match"]
 LEGEND = ("speedup = tok/s over the baseline's (plain decoding with llama.cpp's default"
-          " kernels on every thread, plain:llama, in its own process), whole run (min–max of"
-          " the repeats); ceiling = the best chain speedup this run's t(n) and per-position"
-          " acceptance allow, at the arm's coverage / at coverage 1; tok/s ="
+          " kernels on every thread: plain:llama in its own process, or plain under"
+          " --numerics llama), whole run (min–max of the repeats); ceiling = the best"
+          " fixed-k chain speedup this run's t(n) and per-position acceptance allow, at the"
+          " arm's coverage / at coverage 1 (an arm whose k varies may pass it); tok/s ="
           " committed tokens / decode s (prefill excluded); accept = accepted /"
           " drafted tokens; mean len = 1 + accepted / rounds; coverage = rounds / steps;"
           f" a_1..a_{POSITIONS} = conditional acceptance per draft position; ms/tok = per"
