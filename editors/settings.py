@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from assistd.ground.errors import InputError
-from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS, parse_numerics
+from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS
 from assistd.ground.options import K_LIMIT, parse_k
 from assistd.ground.paths import user_path
 from assistd.targets.open import BACKENDS
@@ -161,11 +161,9 @@ def _check(name: str, value: Any) -> Any:
             raise ValueError("'all' or 'file'")
         return value
     if name == "numerics":
-        try:
-            return parse_numerics(value, what="assistd setting 'numerics'")
-        except InputError:  # (the warning names the setting and the value)
-            raise ValueError(f"{', '.join(map(repr, NUMERICS[:-1]))} or {NUMERICS[-1]!r}"
-                             ) from None
+        if value not in NUMERICS:  # (the warning names the setting and the value)
+            raise ValueError(f"{', '.join(map(repr, NUMERICS[:-1]))} or {NUMERICS[-1]!r}")
+        return value
     if name == "proposer":
         from assistd.runtime.runtime import served_proposers  # the one vocabulary
 
