@@ -21,7 +21,9 @@ Arms:
   ``plain:llama`` and ``plain:exact``: the same in the companions;
 - our proposers (``ngram``, ``suffix``; ``draft_model`` given ``--draft-model``) with
   the workload's history and ``--k`` (``auto``: a fresh tuner per workload, learning as
-  the run goes, on the startup calibration of t(n));
+  the run goes, seeded with the startup calibration of t(n)); as for a completion
+  (:meth:`assistd.runtime.runtime.Runtime.plan`), each generation gets a proposer priced
+  by the tuner's cost model, which learns t(n) from the forwards of the tuned arms;
 - the peers' rules in our loop, with the peers' own defaults (``peer:llama-cpp-python-pld``
   and ``peer:transformers-pld`` at k = 10, ``peer:suffixdecoding`` at k = 16): the same
   verification, so their ledger is comparable position by position;
@@ -467,20 +469,21 @@ class Bench:
         """Generations the run will make (for a progress bar)."""
         return sum(len(w.cases) for w in workloads) * self.repeats * len(self.arms)
 
-    def _proposers(self, scope_index) -> dict[str, object]:
+    def _proposers(self, scope_index, cost=None) -> dict[str, object]:
+        """Every proposer arm's proposer over ``scope_index``, priced by ``cost`` (the
+        startup calibration when None)."""
+        return {arm.name: self._proposer(arm, scope_index, cost or self.cost)
+                for arm in self.arms if arm.proposer is not None}
+
+    def _proposer(self, arm: Arm, scope_index, cost):
         from assistd.runtime.runtime import proposer_options
         from proposers import make_proposer
 
-        out = {}
-        for arm in self.arms:
-            if arm.proposer is None:
-                continue
-            options = proposer_options(arm.proposer, scope_index, self.cost, self.target,
-                                       tree=arm.tree, max_nodes=self.max_nodes)
-            if arm.proposer == "draft_model":
-                options["draft"] = self.draft
-            out[arm.name] = make_proposer(arm.proposer, **options)
-        return out
+        options = proposer_options(arm.proposer, scope_index, cost, self.target,
+                                   tree=arm.tree, max_nodes=self.max_nodes)
+        if arm.proposer == "draft_model":
+            options["draft"] = self.draft
+        return make_proposer(arm.proposer, **options)
 
     def run_workload(self, w: Workload) -> dict:
         from assistd.decoding.tuner import Tuner, target_key
@@ -577,6 +580,11 @@ class Bench:
             out = self.companions[arm.numerics].run(case.prompt, self.max_tokens)
             return (out["tokens"], out["committed"], out["decode_ms"],
                     Ledger.from_counters(out["counters"]))
+        if proposer is not None and arm.proposer != "draft_model":
+            # As Runtime.plan does for a completion: a proposer per generation, priced
+            # by the tuner's cost model, learned from this loop's forwards (measured on 2
+            # cores: 8-10% dearer than the startup calibration's back-to-back forwards).
+            proposer = self._proposer(arm, rt.index, rt.tuner.cost_model())
         if proposer is None:
             plan = Plan("none", None, 0, 0, None, case.language)
         elif arm.k == "auto":

@@ -465,3 +465,33 @@ def test_a_companion_decodes_plainly_under_its_own_numerics():
     finally:
         c.close()
     assert c.proc.returncode == 0
+
+
+def test_a_tuned_arm_drafts_priced_by_the_t_n_its_loop_measured(target):
+    """As Runtime.plan does for a completion, each generation of a tuned arm gets a
+    proposer priced by the tuner's cost model, which learns t(n) from the loop's own
+    forwards; the startup calibration (here the reference curve) only seeds it."""
+    from assistd.decoding.tuner import Tuner, target_key
+    from assistd.runtime.runtime import Runtime
+    from proposers.index import HistoryIndex
+    from tests.decoding.test_engine import COPY_HEAVY
+
+    seed = CostModel.brief()
+    tuner = Tuner(None, target_key(target), seed)
+    tuner.seed_costs(seed)
+    rt = Runtime(target, None, tuner=tuner, index=HistoryIndex())
+    arm = Arm("suffix", "proposer", "suffix", "auto")
+    bench = Bench(target, [Arm("plain", "plain", None, 0), arm], max_tokens=24, repeats=1,
+                  cost=seed)
+    priced = []
+    build = bench._proposer
+    bench._proposer = lambda a, index, cost: priced.append(cost) or build(a, index, cost)
+    case = Case("copy", [target.bos_token_id] + target.tokenize(COPY_HEAVY), "python")
+    for _ in range(2):
+        bench._run(arm, case, build(arm, rt.index, seed), rt, "bench:x")
+    assert len(priced) == 2
+    # t(1) at the prompt's context: the first generation had nothing measured yet and
+    # got the seed's; the second, what the first one's forwards taught the tuner
+    at = len(case.prompt)
+    assert priced[0].t_ms(1, at) == pytest.approx(seed.t_ms(1, at))
+    assert priced[1].t_ms(1, at) != pytest.approx(seed.t_ms(1, at), rel=1e-6)
