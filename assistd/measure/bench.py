@@ -285,12 +285,13 @@ def arm_row(arm: Arm, t: ArmTotals, baseline: ArmTotals, plain: ArmTotals | None
     tps = tokens_per_s(led.committed_tokens, t.decode_ms)
     base = tokens_per_s(baseline.ledger.committed_tokens, baseline.decode_ms)
     own = tokens_per_s(plain.ledger.committed_tokens, plain.decode_ms)
-    per_repeat = []
+    per_repeat, tps_per_repeat = [], []
     for r in sorted(t.decode_ms_by_repeat):
         a = tokens_per_s(t.committed_by_repeat[r], t.decode_ms_by_repeat[r])
         b = tokens_per_s(baseline.committed_by_repeat.get(r, 0),
                          baseline.decode_ms_by_repeat.get(r, 0))
         per_repeat.append(None if a is None or not b else a / b)
+        tps_per_repeat.append(a)
     spread = [x for x in per_repeat if x is not None]
     library = arm.kind == "peer-library"
     statuses = [m["status"] for m in t.matches]
@@ -331,6 +332,7 @@ def arm_row(arm: Arm, t: ArmTotals, baseline: ArmTotals, plain: ArmTotals | None
         "speedup_min": min(spread) if spread else None,
         "speedup_max": max(spread) if spread else None,
         "speedup_per_repeat": per_repeat,
+        "tokens_per_s_per_repeat": tps_per_repeat,
         "extra_memory_bytes": int(t.extra_memory_bytes),
         "output_match": {
             "exact": statuses.count("exact"), "near_tie": statuses.count("near-tie"),
@@ -818,8 +820,10 @@ SLOW_T1_MS = 100.0  # a one-token forward of a model this tool embeds takes ~11 
 def drift_warnings(report: dict) -> list[str]:
     """Signs that the machine's speed changed under the run, so its ratios are not to be
     trusted: an arm that drafted nothing (the same work as plain) running more than
-    ``DRIFT`` times faster or slower than plain, a calibration that found the machine
-    busy, or a calibrated t(1) over ``SLOW_T1_MS`` (another process holding the cores)."""
+    ``DRIFT`` times faster or slower than plain, the baseline's speed moving by more than
+    ``DRIFT`` between repeats (the same prompts each time), a calibration that found the
+    machine busy, or a calibrated t(1) over ``SLOW_T1_MS`` (another process holding the
+    cores)."""
     out = []
     t1 = (report.get("cost_model") or {}).get("points", {}).get("1")
     note = (report.get("cost_model") or {}).get("note", "")
@@ -831,6 +835,14 @@ def drift_warnings(report: dict) -> list[str]:
         out.append(f"calibration measured t(1) = {t1:.0f} ms for one token: the machine was "
                    "busy; rerun on idle cores")
     for w in report["workloads"]:
+        base = next((a for a in w["arms"] if a["arm"] == w.get("baseline")), None)
+        speeds = [x for x in (base or {}).get("tokens_per_s_per_repeat", []) if x]
+        if speeds and max(speeds) > DRIFT * min(speeds):
+            # every repeat runs the same cases: the baseline's own speed should not move
+            out.append(f"{w['name']}: the baseline ran at {min(speeds):.0f} to "
+                       f"{max(speeds):.0f} tokens/s across repeats of the same prompts: the "
+                       "machine's speed drifted during the run; each ratio is still against "
+                       "the same repeat's baseline, but rerun before comparing runs")
         for a in w["arms"]:
             vs = a.get("speedup_vs_plain", a["speedup"])
             if a["kind"] == "plain" or a["rounds"] != 0 or vs is None:
