@@ -52,8 +52,18 @@ Pipeline (offsets are UTF-8 byte offsets, ``surrogatepass``, so lone surrogates 
    chpasswd``; Azure SAS ``sig=`` (with other SAS fields on its line), ``AccountKey=``/
    ``SharedAccessKey=``, AWS/GCS presigned ``X-Amz-Signature``/``X-Goog-Signature``/
    ``X-Amz-Security-Token``; webhook URLs (Discord, Slack workflows/triggers, Teams) and
-   Telegram bot API URLs. References and placeholders (``$VAR``, ``<token>``, ``PASSWORD``
-   metavars) stay.
+   Telegram bot API URLs. From a third (issue 34): a URL password with an empty user
+   (``redis://:PW@host``); a credential in a URL's query (``?access_token=``,
+   ``&private_token=``, ``&api_key=``: the value must look like a token, :func:`_header_secret`);
+   Docker ``config.json`` ``"auth"`` (base64 of ``user:password``) and ``"identitytoken"``;
+   any base64 run (20+ characters) that decodes to ``user:password`` or to text this filter
+   redacts (an encoded provider key); ``.netrc`` entries (``machine H login U password PW``,
+   on one line or several) wherever they are; the cells of a Markdown table column headed
+   ``password``, ``token``, ``api key``... that look like a token; a key alone on a comment
+   line (``#``, ``//``, ``--``, ``;``) after a comment naming it; and a key cut in two adjacent
+   string literals (``"AKIA..." + "..."``, implicit concatenation, one line break at most),
+   found by scanning the line with the literals joined, before everything else. References
+   and placeholders (``$VAR``, ``<token>``, ``PASSWORD`` metavars) stay.
 
 What detect-secrets alone misses or gets wrong, and what this module does about it:
 
@@ -90,10 +100,12 @@ What detect-secrets alone misses or gets wrong, and what this module does about 
 Still missed (no plugin or no context for them): low-entropy passwords in unquoted lowercase
 ``password = value`` lines, and YAML ``password: plainword`` values without a digit or symbol
 outside a fenced block, of unknown file type (pass ``filename="x.ini"``/``"x.yaml"`` to get
-them), ``.netrc``/``.pgpass`` lines, a plain lowercase word after a space-separated ``--password``
+them), ``.pgpass`` lines, a plain lowercase word after a space-separated ``--password``
 flag (read as prose: "--password requires --user"), a password in prose that is a plain word or
 a CamelCase name ("the password is sunshine", "... is HttpServer"), a header value of one
-character class (``Bearer abcdefghijklmnop``), and formats no rule knows.
+character class (``Bearer abcdefghijklmnop``) or in a Markdown table (``| pw | sunshine |``), a
+key cut in three literals or more, and formats no rule knows. A suggestion the user accepts is
+redacted with the line it completes (:func:`storage.suggestions.redact_in_context`).
 
 Throughput (``benchmarks/secrets_throughput.py``, one core of this machine, CPython 3.11;
 ``--baseline e5ba8f5`` times the filter before issue 21's rules in the same run; the machine is
@@ -124,9 +136,12 @@ No secret value is ever logged or put in an exception message by this module.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import os
 import re
+import string
 import threading
 from dataclasses import dataclass
 
@@ -180,10 +195,12 @@ def redact(text: str, *, filename: str = "", prefilter: bool = True) -> Redactio
     )
 
 
-def _redact(text: str, filename: str, prefilter: bool) -> Redaction:
+def _redact(text: str, filename: str, prefilter: bool, nested: bool = False) -> Redaction:
     mode = _keyword_mode(filename)
     count = 0
     kinds: dict[str, int] = {}
+    if not nested:  # first, while both parts of a key cut in two literals are still there
+        text, count, kinds = _replace_spans(text, _unescaped_spans(_concat_spans, text))
     # A replacement can change what the detectors see next to it (a token that ran into a
     # longer one now ends at "[REDACTED]"), so rounds repeat until the text stands still:
     # that makes redact(redact(x).text).text == redact(x).text.
@@ -422,6 +439,40 @@ def _header_secret(value: str) -> bool:
     return (has_alpha and any(c.isdigit() for c in value)) or _classes(value) >= 3
 
 
+_USER_PASSWORD = re.compile(r"[\w.@+-]{1,64}:[!-~]{3,128}")
+
+
+def _b64_text(value: str) -> str | None:
+    """``value`` base64-decoded (standard or URL-safe, padding optional) when that gives
+    printable ASCII, else None.
+
+    >>> _b64_text("dXNlcjpwdw=="), _b64_text("not base64!"), _b64_text("AAEC")
+    ('user:pw', None, None)
+    """
+    body = value.rstrip("=")
+    if len(body) % 4 == 1 or not body:
+        return None
+    try:
+        raw = base64.b64decode(body + "=" * (-len(body) % 4),
+                               altchars=b"-_" if ("-" in body or "_" in body) else None,
+                               validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if not raw or any(b < 0x20 or b > 0x7e for b in raw):
+        return None
+    return raw.decode("ascii")
+
+
+def _user_password_blob(value: str) -> bool:
+    """Base64 of ``user:password`` (Docker's ``auth``, HTTP Basic credentials).
+
+    >>> [_user_password_blob(v) for v in ("Y2k6UHc0eDlx", "dGVzdA==", "bm9uZQ")]
+    [True, False, False]
+    """
+    text = _b64_text(value)
+    return text is not None and _USER_PASSWORD.fullmatch(text) is not None
+
+
 def _prose_secret(value: str) -> bool:
     """A password written in a sentence: token-looking, not an English word or code.
 
@@ -520,6 +571,23 @@ _GATED_RULES: tuple[tuple[tuple[str, ...], str, str, object], ...] = (
     # Telegram bot tokens inside a bot API URL (the plugin wants the token alone).
     (("telegram",), "Telegram Bot Token",
      r"api\.telegram\.org/(?:file/)?bot(\d{8,10}:[A-Za-z0-9_-]{35}|\[REDACTED\])", None),
+    # Issue 34 (a second break-it pass). A URL's password with an empty user name
+    # (redis://:PW@host; the plugin's pattern wants a user).
+    (("://:",), "Basic Auth Credentials",
+     r"\b[a-z][a-z0-9+.-]*://:([^\s/@:'\"`<>{}\\]{4,}|\[REDACTED\])@", _plausible_password),
+    # A credential in a URL's query string (?access_token=, &private_token=, &api_key=), of
+    # any entropy: the parameter names it.
+    (("token=", "key=", "secret=", "password=", "passwd="), "URL Query Credential",
+     r"[?&;](?:[a-z]+[_-])?(?:token|api[_-]?key|apikey|secret|password|passwd)"
+     r"=([^\s&#'\"`<>{}()\\]{8,}|\[REDACTED\])", _header_secret),
+    # Docker's config.json "auth": base64 of user:password; "identitytoken" (a registry's
+    # refresh token).
+    (("auth",), "Docker Registry Auth",
+     r"\\*[\"']auth\\*[\"'][ \t]*:[ \t]*\\*[\"']([A-Za-z0-9+/]{4,}={0,2}|\[REDACTED\])\\*[\"']",
+     _user_password_blob),
+    (("identitytoken", "registrytoken"), "Docker Registry Auth",
+     r"\\*[\"'](?:identity|registry)token\\*[\"'][ \t]*:[ \t]*\\*[\"']([^\s'\"\\]{8,}|\[REDACTED\])",
+     _plausible_password),
 )
 _GATED = tuple((gates, kind, re.compile(rx, re.IGNORECASE), check)
                for gates, kind, rx, check in _GATED_RULES)
@@ -572,9 +640,13 @@ _NEXT_KEYS = ("api key", "api_key", "apikey", "access key", "access_key", "priva
 _NEXT_FIND = ("secret", "passw", "pwd", "token", "credential", "key")  # "key": _NEXT_KEYS only
 _NEXT_HINTS = _NEXT_FIND[:-1] + _NEXT_KEYS
 _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
-_LONE_LINE = re.compile(r"\n[ \t]*(?:[-*>][ \t]+)?[`'\"]?([^\s`'\"(){}\[\]<>=;,]{8,256})"
+# (A comment marker may start the line: "# the secret access key is\n# <40 characters>".)
+_COMMENT_MARK = r"(?:#+|//+|--|;+|/?\*+)"
+_LONE_LINE = re.compile(r"\n[ \t]*(?:" + _COMMENT_MARK + r"[ \t]*)?(?:[-*>][ \t]+)?[`'\"]?"
+                        r"([^\s`'\"(){}\[\]<>=;,]{8,256})"
                         r"[`'\"]?[ \t.]*(?=\r?\n|$)")
 _FENCE_LINE = re.compile(r"[ \t]*(?:`{3,}|~{3,})[^\n]*")
+_EMPTY_COMMENT = re.compile(r"[ \t]*" + _COMMENT_MARK + r"[ \t]*")
 
 
 _IDENTIFIER = re.compile(r"[a-z0-9]+(?:[_.-][a-z0-9]+)+|[A-Z0-9]+(?:_[A-Z0-9]+)+")  # snake, CONST
@@ -635,7 +707,8 @@ def _next_line_spans(text: str) -> list[tuple[int, int, str, str]]:
             m = _LONE_LINE.match(text, pos)
             if m is not None and _lone_secret(m.group(1)):
                 out.append((m.start(1), m.end(1), "Secret After Hint", m.group(1)))
-            elif m is None and line.strip() and not _FENCE_LINE.fullmatch(line):
+            elif m is None and line.strip() and not _FENCE_LINE.fullmatch(line) \
+                    and not _EMPTY_COMMENT.fullmatch(line):
                 break  # prose or code that is not a value: the label is too far up
             if end >= len(text):
                 break
@@ -700,12 +773,235 @@ def _body_spans(text: str, start: int, end: int, filename: str, prefilter: bool)
     return out
 
 
+# -- issue 34 (a second break-it pass): .netrc lines, Markdown tables, base64 blobs of a
+# credential, a secret cut in two string literals.
+
+# .netrc syntax anywhere (a notes file, a transcript): "machine HOST login USER password PW",
+# on one line or several; "default" instead of "machine HOST".
+_NETRC = re.compile(r"(?<![\w.-])(?:machine[ \t\r\n]+[^\s\\]+|default)"
+                    r"(?:[ \t\r\n]+(?:login|account|port)[ \t\r\n]+[^\s\\]+)*"
+                    r"[ \t\r\n]+password[ \t\r\n]+([^\s'\"`\\]+)")
+
+
+def _netrc_spans(text: str) -> list[tuple[int, int, str, str]]:
+    """``password`` values of .netrc entries (references and metavars stay)."""
+    if "password" not in text or ("machine" not in text and "default" not in text):
+        return []
+    if "\\n" in text:  # JSON-escaped lines: same offsets, real breaks
+        text = text.replace("\\n", " \n")
+    # The value must look like a password (6+ characters, letters with digits or three
+    # classes): "default password for ..." in prose, "password pass" in netrc's own tests stay.
+    return [(m.start(1), m.end(1), "Netrc Password", m.group(1)) for m in _NETRC.finditer(text)
+            if len(m.group(1)) >= 6 and _table_password(m.group(1))]
+
+
+# Markdown tables: the cells under a header that names a secret ("| user | password |").
+_TABLE_SEP = re.compile(r"[ \t]*\|?(?:[ \t]*:?-{3,}:?[ \t]*\|)+(?:[ \t]*:?-{3,}:?[ \t]*)?[ \t]*")
+_TABLE_HEADS = frozenset({"password", "passwd", "pwd", "pass", "passphrase", "passcode", "secret",
+                          "secret key", "client secret", "token", "access token", "api key",
+                          "api_key", "apikey", "api token", "auth token", "private key"})
+
+
+def _cells(line: str, leading: bool) -> list[tuple[int, int]]:
+    """Character spans of a table row's cells (stripped), without the outer pipes; with
+    ``leading`` (the table's rows start with a pipe) what stands before the first pipe is no
+    cell (a JSON string's start: ``{"command": "| user | password |``)."""
+    bars = [i for i, c in enumerate(line) if c == "|" and (i == 0 or line[i - 1] != "\\")]
+    edges = ([-1] if not leading else []) + bars
+    if line.rstrip() and not line.rstrip().endswith("|"):
+        edges.append(len(line))
+    out = []
+    for a, b in zip(edges, edges[1:]):
+        s, e = a + 1, b
+        while s < e and line[s] in " \t`*":
+            s += 1
+        while e > s and line[e - 1] in " \t`*":
+            e -= 1
+        out.append((s, e))
+    return out
+
+
+def _table_password(value: str) -> bool:
+    """A cell under a password header: letters with digits, or three character classes.
+
+    >>> [_table_password(v) for v in ("abc1-def", "required", "none", "Tr0ub&dor")]
+    [True, False, False, True]
+    """
+    if len(value) < 4 or not _plausible_password(value):
+        return False
+    return (any(c.isalpha() for c in value) and any(c.isdigit() for c in value)) \
+        or _classes(value) >= 3
+
+
+def _table_spans(text: str) -> list[tuple[int, int, str, str]]:
+    """Values in the columns of a Markdown table whose header names a password or token;
+    a value must look like one (:func:`_header_secret`)."""
+    if "|" not in text or "---" not in text:
+        return []
+    out = []
+    lines = text.split("\n")
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln) + 1)
+    for i in range(1, len(lines)):
+        if "-" not in lines[i] or not _TABLE_SEP.fullmatch(lines[i].rstrip("\r")):
+            continue
+        head = lines[i - 1]
+        leading = lines[i].lstrip().startswith("|")
+        names = {k: head[s:e].lower().replace("-", " ")
+                 for k, (s, e) in enumerate(_cells(head, leading))}
+        # A password column takes any value with letters and digits (or three classes),
+        # identifier-shaped too; a token or key column a value that looks like a token.
+        check = {k: _table_password if name.startswith("pass") or name == "pwd" else _header_secret
+                 for k, name in names.items() if name in _TABLE_HEADS}
+        cols = sorted(check)
+        if not cols:
+            continue
+        for j in range(i + 1, len(lines)):
+            row = lines[j].rstrip("\r")
+            if "|" not in row:
+                break
+            cells = _cells(row, leading)
+            for k in cols:
+                if k < len(cells):
+                    s, e = cells[k]
+                    value = row[s:e]
+                    if value and not any(c.isspace() for c in value) and check[k](value):
+                        out.append((starts[j] + s, starts[j] + e, "Secret In Table", value))
+    return out
+
+
+# Base64 of a credential, quoted or not: a run of base64 characters that decodes to printable
+# text holding ``user:password`` or something the filter redacts (a provider key).
+_B64_RUN_MIN = 20
+_B64_RUN_TABLE = bytes(ord("a") if b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                       b"0123456789+/-_" else ord(" ") for b in range(256))
+
+
+def _base64_spans(text: str) -> list[tuple[int, int, str, str]]:
+    """Base64 runs (20+ characters, both letter cases) whose decoded text is a credential."""
+    data = text.encode("utf-8", "surrogatepass")
+    marks = data.translate(_B64_RUN_TABLE)
+    needle = b"a" * _B64_RUN_MIN
+    out = []
+    i = marks.find(needle)
+    while i >= 0:
+        e = marks.find(b" ", i)
+        e = len(marks) if e < 0 else e
+        end = e
+        while end < len(data) and end < e + 2 and data[end:end + 1] == b"=":
+            end += 1
+        run = data[i:end].decode("ascii")
+        body = run.rstrip("=")
+        if body.lower() != body and body.upper() != body:
+            decoded = _b64_text(run)
+            if decoded is not None and (_USER_PASSWORD.fullmatch(decoded)
+                                        or _redact(decoded, "", True, nested=True).count):
+                out.append((i, end, "Base64 Encoded Secret", run))
+        i = marks.find(needle, end)
+    # bytes offsets -> character offsets (text is ASCII around the runs only by chance)
+    if out and len(data) != len(text):
+        out = [(len(data[:s].decode("utf-8", "surrogatepass")),
+                len(data[:e].decode("utf-8", "surrogatepass")), k, v) for s, e, k, v in out]
+    return out
+
+
+# A key cut in two string literals: "AKIAIOSF" + "ODNN7EXAMPLE", ("ghp_..."\n "...").
+_JUNCTION = re.compile(r"""(["'])[ \t]*(?:[+.&]|\|\|)?[ \t]*(?:\\?\r?\n[ \t]*)?(["'])""")
+_SPLIT_RUN_MIN = 16  # token characters across the cut, 4+ on each side
+_TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "+/=_-")
+
+
+_ENTROPY_KINDS = frozenset({"Base64 High Entropy String", "Hex High Entropy String"})
+
+
+def _concat_spans(text: str) -> list[tuple[int, int, str, str]]:
+    """The parts of two adjacent string literals that are a secret once joined."""
+    out = []
+    for m in _JUNCTION.finditer(text):
+        q1, q2 = m.group(1), m.group(2)
+        j0, j1 = m.start(), m.end() - 1  # the closing and the opening quote
+        ls = text.rfind(q1, text.rfind("\n", 0, j0) + 1, j0)
+        re_ = text.find(q2, j1 + 1)
+        nl = text.find("\n", j1 + 1)
+        if ls < 0 or re_ < 0 or (0 <= nl < re_):
+            continue
+        left, right = text[ls + 1:j0], text[j1 + 1:re_]
+        a = len(left) - len(left.rstrip("".join(_TOKEN_CHARS)))
+        b = len(right) - len(right.lstrip("".join(_TOKEN_CHARS)))
+        if a < 4 or b < 4 or a + b < _SPLIT_RUN_MIN:
+            continue
+        line_start = text.rfind("\n", 0, ls) + 1
+        line_end = text.find("\n", re_)
+        line_end = len(text) if line_end < 0 else line_end
+        head = text[line_start:ls + 1]
+        view = head + left + right + text[re_:line_end]
+        red = _redact(view, "", True, nested=True)
+        if not set(red.kinds) - _ENTROPY_KINDS:
+            # Entropy alone is no reason here: two halves of an alphabet, a base64 test vector
+            # cut in two lines. A format (AWS, GitHub, ...) or a keyword must name it.
+            continue
+        p = 0
+        while p < min(len(view), len(red.text)) and view[p] == red.text[p]:
+            p += 1
+        q = 0
+        while q < min(len(view), len(red.text)) - p and view[-1 - q] == red.text[-1 - q]:
+            q += 1
+        changed = (p, len(view) - q)  # in view coordinates
+        kind = next(iter(red.kinds), "Split Secret")
+        for lit_start, piece, orig in ((len(head), left, ls + 1), (len(head) + len(left), right,
+                                                                    j1 + 1)):
+            s = max(changed[0], lit_start)
+            e = min(changed[1], lit_start + len(piece))
+            if e > s:
+                value = text[orig + s - lit_start:orig + e - lit_start]
+                out.append((orig + s - lit_start, orig + e - lit_start, kind, value))
+    return out
+
+
+_UNESCAPE = re.compile(r'\\(["\\/nrt])')
+_UNESCAPED = {"n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescaped_spans(rule, text: str) -> list[tuple[int, int, str, str]]:
+    """``rule``'s spans in ``text`` and, when it holds JSON escapes (a tool call's input
+    stored as JSON, a .jsonl file), in its unescaped copy, mapped back onto ``text``."""
+    out = rule(text)
+    if "\\" not in text:
+        return out
+    parts, starts, pos = [], [], 0  # starts[i]: where the i-th unescaped character came from
+    for m in _UNESCAPE.finditer(text):
+        parts.append(text[pos:m.start()])
+        starts.extend(range(pos, m.start()))
+        parts.append(_UNESCAPED.get(m.group(1), m.group(1)))
+        starts.append(m.start())
+        pos = m.end()
+    if not starts:
+        return out
+    parts.append(text[pos:])
+    starts.extend(range(pos, len(text)))
+    starts.append(len(text))
+    plain = "".join(parts)
+    for s, e, kind, value in rule(plain):
+        out.append((starts[s], starts[e], kind, text[starts[s]:starts[e]]))
+    return out
+
+
 def _redact_extra(text: str, prefilter: bool) -> tuple[str, int, dict[str, int]]:
     """Replace what the extra rules find; returns (text, count, kinds)."""
     spans = _extra_spans(text)
     if "```" in text or "~~~" in text:
         spans.extend(_fenced_spans(text, prefilter))
     spans.extend(_next_line_spans(text))
+    spans.extend(_netrc_spans(text))
+    spans.extend(_unescaped_spans(_table_spans, text))
+    spans.extend(_unescaped_spans(_base64_spans, text))
+    return _replace_spans(text, spans)
+
+
+def _replace_spans(text: str, spans) -> tuple[str, int, dict[str, int]]:
+    """``spans`` (start, end, kind, value) replaced by :data:`REDACTED`, merged where they
+    overlap; a token-like value everywhere it appears. Returns (text, count, kinds)."""
     if not spans:
         return text, 0, {}
     # Token-like values go wherever they appear; short ones only where they were found.

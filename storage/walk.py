@@ -32,7 +32,7 @@ BUILTIN_EXCLUDES = [
     ".mypy_cache/", ".pytest_cache/", ".ruff_cache/", ".tox/", ".nox/", "*.egg-info/",
     "build/", "dist/", "target/", ".idea/", ".DS_Store",
     # Files that exist to hold credentials: never history, whatever the detector says.
-    ".env", ".env.*", "!.env.example", "*.pem", "*.key", "id_rsa", "id_ed25519", "id_ecdsa",
+    ".env*", "!.env.example", "*.pem", "*.key", "id_rsa", "id_ed25519", "id_ecdsa",
     ".netrc", ".pgpass", ".npmrc", ".pypirc",
 ]
 IGNORE_FILES = (".gitignore", ".assistdignore")
