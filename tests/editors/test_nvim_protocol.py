@@ -1,4 +1,4 @@
-"""editors/nvim/assistd.lua's Neovim 0.12 path, at the protocol level: what the module
+"""editors/nvim/lua/assistd/native.lua (the Neovim 0.12 path), at the protocol level: what the module
 sends the real server around 0.12's native inline completion.
 
 Neovim 0.12 cannot be installed from the registries this project uses, so a real Neovim
