@@ -17,14 +17,22 @@ from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS
 from assistd.ground.options import parse_k
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped, newlines and tabs kept (a message may
+    quote a server: assistd.targets.remote.printable)."""
+    from assistd.targets.remote import printable
+
+    return "\n".join("\t".join(map(printable, line.split("\t"))) for line in text.split("\n"))
+
+
 class _Group(click.Group):
     """Translate project errors into one line on stderr and exit code 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except AssistdError as e:
-            click.echo(f"error: {e}", err=True)
+        except AssistdError as e:  # (control characters escaped: it may quote a server)
+            click.echo(f"error: {_printable(str(e))}", err=True)
             ctx.exit(2)
         except sqlite3.OperationalError as e:  # e.g. locked past the 30 s busy timeout
             click.echo(f"error: history database: {e}; retry, or pass --db FILE", err=True)
@@ -129,6 +137,10 @@ def _remote_options(fn=None, *, env: bool = False):
         click.option("--target-timeout-ms", type=click.IntRange(1), default=None,
                      **envvar("TARGET_TIMEOUT_MS"), help="backend openai: the longest wait for the server's next chunk, ms."
                           " [default: 30000]"),
+        click.option("--target-deadline-ms", type=click.IntRange(1), default=None,
+                     **envvar("TARGET_DEADLINE_MS"),
+                     help="backend openai: the longest one generation may take, ms."
+                          " [default: --target-timeout-ms + 200 ms per token of max_tokens]"),
         click.option("--target-context", type=click.Choice(["all", "file"]), default=None,
                      **envvar("TARGET_CONTEXT"),
                      help="backend openai: what prompts carry to the server besides the"
@@ -521,7 +533,7 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
              language, max_prompt_tokens, temperature, top_k, top_p, repeat_penalty, seed, stop,
              n_ctx, model, backend, device, dtype, n_gpu_layers, numerics, threads, target_url,
              target_key_file, target_model, target_ca_bundle, target_timeout_ms,
-             target_context, target_fim, db, use_daemon, as_json):
+             target_deadline_ms, target_context, target_fim, db, use_daemon, as_json):
     """Complete the text before a cursor with the Target, drafting from the history.
 
     Indexes the repository first (incrementally), so the second run is served
@@ -551,10 +563,11 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
             " json (letters, digits and _ . + # -, at most 64)", param_hint="'--language'")
     # In this process, the Target of the daemon's config file where no option names one.
     (model, backend, numerics, target_url, target_key_file, target_model, target_ca_bundle,
-     target_timeout_ms, target_context, target_fim) = _config_target(
+     target_timeout_ms, target_deadline_ms, target_context, target_fim) = _config_target(
         model=model, backend=backend, numerics=numerics, target_url=target_url,
         target_key_file=target_key_file, target_model=target_model,
         target_ca_bundle=target_ca_bundle, target_timeout_ms=target_timeout_ms,
+        target_deadline_ms=target_deadline_ms,
         target_context=target_context, target_fim=target_fim).values()
     if backend != "openai" and target_url:  # would silently go unused
         raise click.BadParameter(f"needs --backend openai (the backend is {backend})",
@@ -595,6 +608,7 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
                         "target_key_file": target_key_file, "target_model": target_model,
                         "target_ca_bundle": target_ca_bundle,
                         "target_timeout_s": (target_timeout_ms or 30_000) / 1000,
+                        "target_deadline_s": target_deadline_ms and target_deadline_ms / 1000,
                         "target_context": target_context or "all",
                         "target_fim": target_fim or "auto"},
     )
@@ -1135,7 +1149,7 @@ def status(as_json):
                f" max RSS {st['max_rss_mb']} MB")
     remote = (st.get("target") or {}).get("remote")
     if remote:
-        click.echo(f"remote Target {remote['url']}: "
+        click.echo(_printable(f"remote Target {remote['url']}: "
                    + ("reachable" if remote["reachable"] else "not reachable" if
                       remote["reachable"] is False else "not contacted yet")
                    + (f", model {remote['model']}" if remote.get("model") else "")
@@ -1145,7 +1159,7 @@ def status(as_json):
                       is not None else "")
                    + (f" (checked {remote['checked_ago_s']:.0f} s ago)"
                       if remote.get("checked_ago_s") is not None else "")
-                   + (f"; last error: {remote['last_error']}" if remote.get("last_error") else ""))
+                   + (f"; last error: {remote['last_error']}" if remote.get("last_error") else "")))
     click.echo(f"requests: {st['requests']}; tokens generated {st['tokens_generated']};"
                f" editor sessions {st.get('lsp_sessions', 0)}")
     click.echo(f"running: {', '.join(st['jobs_running']) or 'idle'}; queued: {len(st['jobs_queued'])};"
@@ -1192,8 +1206,8 @@ def status(as_json):
               help="Write the server log here too (stderr always gets warnings and errors).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
 def mcp(no_daemon, model, n_ctx, backend, numerics, target_url, target_key_file, target_model,
-        target_ca_bundle, target_timeout_ms, target_context, target_fim, db, log_file,
-        verbose):
+        target_ca_bundle, target_timeout_ms, target_deadline_ms, target_context, target_fim, db,
+        log_file, verbose):
     """Run the MCP server on stdio: tools for coding agents (Claude Code, Codex, ...).
 
     Tools: complete_code (complete at a line/column of a file), continue_text and
@@ -1234,6 +1248,7 @@ def mcp(no_daemon, model, n_ctx, backend, numerics, target_url, target_key_file,
         options.update(target_url=target_url, target_key_file=target_key_file,
                        target_model=target_model, target_ca_bundle=target_ca_bundle,
                        target_timeout_s=(target_timeout_ms or 30_000) / 1000,
+                       target_deadline_s=target_deadline_ms and target_deadline_ms / 1000,
                        target_fim=target_fim or "auto")  # (target_context: editors only)
     serve_stdio(use_daemon=not no_daemon, model=model, db=db, n_ctx=n_ctx, target_options=options)
 

@@ -395,8 +395,8 @@ def _status_of(exc: BaseException) -> tuple[int, str]:
         return exc.status, exc.message
     if isinstance(exc, InputError):
         return 400, str(exc)
-    if isinstance(exc, ModelError):
-        return 503, str(exc)
+    if isinstance(exc, ModelError):  # a remote Target's says which: 502 for a bad answer,
+        return getattr(exc, "http_status", 503), str(exc)  # 504 past its deadline
     if isinstance(exc, AssistdError):
         return 500, str(exc)
     if isinstance(exc, ValueError):

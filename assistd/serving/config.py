@@ -67,6 +67,9 @@ class Config:
     target_model: str | None = None  # the "model" sent; None = the server's first
     target_ca_bundle: str | None = None  # PEM CA certificates for https
     target_timeout_ms: int = 30_000  # the longest wait for the server's next chunk
+    # the longest one generation may take; None = target_timeout_ms + max_tokens / 5
+    # tokens a second (assistd/targets/remote.py, RemoteTarget.deadline_for)
+    target_deadline_ms: int | None = None
     # what a prompt carries to the server besides the document: "all" (cross-file
     # snippets of the other open buffers, secret-filtered) or "file" (the document only)
     target_context: str = "all"
@@ -252,6 +255,9 @@ def _validate(c: Config, origins: dict[str, str] | None = None) -> Config:
         with about(name):
             if getattr(c, name) < 1:
                 raise InputError(f"{name} must be at least 1, not {getattr(c, name)}")
+    with about("target_deadline_ms"):
+        if c.target_deadline_ms is not None and c.target_deadline_ms < 1:
+            raise InputError(f"target_deadline_ms must be at least 1, not {c.target_deadline_ms}")
     with about("log_level"):
         if c.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise InputError(f"log_level must be debug, info, warning or error, not"

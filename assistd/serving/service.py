@@ -134,11 +134,13 @@ class Service:
                             "target_model": c.target_model,
                             "target_ca_bundle": c.target_ca_bundle,
                             "target_timeout_s": c.target_timeout_ms / 1000,
+                            "target_deadline_s": (c.target_deadline_ms / 1000
+                                                  if c.target_deadline_ms else None),
                             "target_context": c.target_context, "target_fim": c.target_fim},
             max_bytes=c.max_bytes)
         self.model_id = c.model_name or (  # a remote one's path is its URL: the server's
             # own model id (asked at open: target_model, else the first of its /v1/models)
-            (self.target.model_name or "remote") if c.backend == "openai"
+            (self.target.display_model or "remote") if c.backend == "openai"
             else Path(self.target.model_path).stem)
 
     # The runtime's parts, for the API's prompt checks and status (None before start()).

@@ -39,7 +39,7 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
                 device: str = "auto", dtype: str = "auto", numerics: str = DEFAULT_NUMERICS,
                 sequences: int | str = 1, target_url: str | None = None,
                 target_key_file: Path | str | None = None, target_model: str | None = None,
-                target_timeout_s: float = 30.0,
+                target_timeout_s: float = 30.0, target_deadline_s: float | None = None,
                 target_ca_bundle: Path | str | None = None, target_context: str = "all",
                 target_fim: str = "auto", tree_branches: int = 0) -> Target:
     """Load the Target: ``model`` (a GGUF file, or for torch also a Hugging Face model
@@ -57,7 +57,8 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
     OpenAI-compatible server at ``target_url`` (:class:`assistd.targets.remote.RemoteTarget`;
     ``model``, when given, is a GGUF with the server model's tokenizer; the key from
     ``target_key_file`` or ``$ASSISTD_TARGET_KEY``; ``target_timeout_s``: the longest
-    wait for a chunk, seconds; ``target_context``: "all" or "file", what a prompt may
+    wait for a chunk, seconds; ``target_deadline_s``: the longest one generation may take,
+    seconds, None for the default derived from its max_tokens; ``target_context``: "all" or "file", what a prompt may
     carry besides the document; ``target_fim``: the FIM layout). ``tree_branches`` (llama only): leaves a token tree may
     have in one batch (0: trees verified branch by branch; > 0 needs ``sequences=1``).
     Raises :class:`ModelError`, :class:`InputError` (also for numerics this process
@@ -72,6 +73,7 @@ def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048
         return RemoteTarget(target_url, key=read_key(target_key_file), key_file=target_key_file,
                             model_name=target_model,
                             tokenizer=model, n_ctx=n_ctx, timeout_s=target_timeout_s,
+                            deadline_s=target_deadline_s,
                             ca_bundle=target_ca_bundle, context=target_context,
                             fim=target_fim)
     path = model if model is not None else default_model_path()

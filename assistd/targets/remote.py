@@ -33,8 +33,23 @@ nothing from the history itself (a remote Target does not draft, so no scope is 
 Retry policy: a connection refused or timed out while connecting (not a failed TLS
 handshake: it would fail again), and HTTP 429 or 503,
 are retried at most :data:`RETRIES` times, and only before any text arrived (waiting
-``Retry-After`` when the server gives one, up to :data:`RETRY_AFTER_MAX_S`); never once
-text has streamed, and never after a read timeout (the server may still be working).
+``Retry-After`` when the server gives one, up to :data:`RETRY_AFTER_MAX_S` and never past
+the deadline); never once text has streamed, and never after a read timeout (the server
+may still be working).
+
+Limits, against a server that is slow, broken or hostile (docs/design.md, "Remote Target"):
+
+- a deadline per generation (:meth:`RemoteTarget.deadline_for`): ``--target-deadline-ms``,
+  else ``target_timeout + max_tokens / DEADLINE_TOKENS_PER_S`` seconds;
+- reading stops at ``max_tokens`` worth of text: ``max_tokens`` non-empty chunks, and
+  at most :data:`MAX_TOKEN_CHARS` characters per token;
+- every read is capped in bytes: an event line :data:`MAX_LINE_BYTES`, a stream
+  :data:`MAX_STREAM_BYTES`, an answer's body :data:`MAX_BODY_BYTES`, an error's body
+  :data:`MAX_ERROR_BYTES` (the rest is not read); answers are asked for uncompressed;
+- what the server says (error text, headers, model ids) has the key replaced, also a
+  piece of it of :data:`KEY_PIECE` characters or more, before anything is cut, and its
+  control characters escaped (:func:`printable`) before it reaches a message, the log,
+  ``status`` or the API; a chunk of the wrong shape is one error of kind "malformed".
 """
 
 from __future__ import annotations
@@ -59,11 +74,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from assistd.ground import jsonlimits
 from assistd.ground.errors import InputError, ModelError
 from assistd.ground.ledger import Ledger
 from assistd.targets.base import Target, encodable, tokenizer_fingerprint
 
 log = logging.getLogger("assistd.targets.remote")
+# httpcore's debug traces print each answer's headers, where a hostile server may echo
+# the key (a Retry-After, any header): they never reach assistd's log.
+logging.getLogger("httpcore").setLevel(logging.INFO)
 
 KEY_ENV = "ASSISTD_TARGET_KEY"
 RETRIES = 2  # retries of a request that got no text yet (connect error, 429, 503)
@@ -73,6 +92,20 @@ CONNECT_TIMEOUT_S = 5.0
 CHARS_PER_TOKEN = 4  # the character budget when no tokenizer is known
 POLL_S = 0.02  # how often a waiting generation checks cancelled()
 PROBE_EVERY_S = 3.0  # status probes /v1/models at most this often
+# The default deadline of one generation: the read timeout for the first chunk, then at
+# least this many tokens a second (a CPU server on a 7B model manages 5-10).
+DEADLINE_TOKENS_PER_S = 5.0
+MAX_TOKEN_CHARS = 128  # a generous bound on one token's text (characters)
+MAX_LINE_BYTES = 1 << 20  # one server-sent event line
+MAX_STREAM_BYTES = 64 << 20  # one streamed answer, all lines
+MAX_BODY_BYTES = 2 << 20  # one answer's JSON (/v1/models, tokenize: ~1 MB per 128k ids)
+MAX_ERROR_BYTES = 64 << 10  # an error's body; the rest is not read
+ERROR_CHARS = 200  # the server's own error text kept in a message
+MODEL_ID_CHARS = 1024  # a longer "id" in /v1/models is no model id
+MAX_URL_CHARS = 2048  # --target-url
+KEY_PIECE = 8  # a piece of the key this long in a server's echo is replaced too
+JSON_DEPTH = 64  # nesting of a server's JSON (an answer, a chunk) before it is refused
+QUEUE_EVENTS = 256  # events read ahead of the caller (the reader then waits)
 
 
 # FIM layouts by model family: the (prefix, suffix, middle) markers, sent in that
@@ -110,9 +143,42 @@ def defuse(text: str, spellings) -> str:
     return text
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                      "\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character escaped (C0, DEL, C1, the bidirectional
+    overrides, lone surrogates): what a server wrote reaches a terminal as text.
+
+    >>> printable("a\\x1b[2Jb\\n")
+    'a\\\\x1b[2Jb\\\\n'
+    """
+    def esc(m):
+        c = m.group()
+        return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+    return _CONTROL.sub(esc, text)
+
+
 class RemoteTargetError(ModelError):
     """The remote Target could not answer: down, slow, refusing, failing. The message
-    names the server's URL (never the key) and what to check."""
+    names the server's URL (never the key) and what to check, on one line (control
+    characters escaped). ``kind``: "unreachable" (no answer: refused, timed out),
+    "http" (an HTTP error status), "deadline" (past :meth:`RemoteTarget.deadline_for`),
+    "too_large" (a line or body over its cap) or "malformed" (an answer of the wrong
+    shape); :attr:`http_status` is the API's status for it (503, 502, 504)."""
+
+    STATUS = {"unreachable": 503, "deadline": 504}
+
+    def __init__(self, message: str, kind: str = "unreachable"):
+        super().__init__(printable(str(message)))
+        self.kind = kind
+
+    @property
+    def http_status(self) -> int:
+        return self.STATUS.get(self.kind, 502)
 
 
 def read_key(path: Path | str | None, environ=None) -> str | None:
@@ -199,7 +265,11 @@ def is_this_machine(host: str) -> bool:
 def base_url(url: str) -> str:
     """``url`` checked and reduced to the server's base (a trailing ``/`` and ``/v1``
     dropped). Raises :class:`InputError` for anything but an
-    ``http(s)://host[:port][/path]`` URL (credentials in it included)."""
+    ``http(s)://host[:port][/path]`` URL (credentials in it included) of at most
+    :data:`MAX_URL_CHARS` characters."""
+    if len(url) > MAX_URL_CHARS:
+        raise InputError(f"--target-url is {len(url)} characters long; a server's base URL"
+                         f" has at most {MAX_URL_CHARS} (e.g. http://127.0.0.1:8080)")
     try:
         parts = urlsplit(url.strip())
         port = parts.port
@@ -217,7 +287,12 @@ def base_url(url: str) -> str:
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]
-    return f"{parts.scheme}://{host}{f':{port}' if port else ''}{path}"
+    out = f"{parts.scheme}://{host}{f':{port}' if port else ''}{path}"
+    try:
+        httpx.URL(out)  # what the client will refuse: e.g. a control character in the host
+    except httpx.InvalidURL as e:
+        raise InputError(f"--target-url {url[:100]!r} is not a URL: {e}") from None
+    return out
 
 
 _warned_plain: set[str] = set()
@@ -233,6 +308,23 @@ def _ssl_context(ca_bundle: Path | str | None, environ) -> ssl.SSLContext | bool
         return ssl.create_default_context(cafile=str(Path(path).expanduser()))
     except (OSError, ssl.SSLError) as e:
         raise InputError(f"CA bundle {path}: {e}") from None
+
+
+@dataclass
+class _Answer:
+    """A non-streamed answer, read to its cap (:meth:`RemoteTarget._fetch`)."""
+
+    status_code: int
+    content: bytes
+    headers: httpx.Headers
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self):
+        """The body as JSON; ValueError when it is none."""
+        return jsonlimits.loads(self.content, JSON_DEPTH)
 
 
 @dataclass
@@ -357,6 +449,8 @@ class RemoteTarget(Target):
     ``tokenizer``: a GGUF whose vocabulary is the server model's (see the module), or
     None. ``n_ctx``: the server's context window, in its tokens (assistd cannot always
     ask). ``timeout_s``: the longest wait for the next streamed chunk (seconds).
+    ``deadline_s``: the longest one generation may take, seconds (None: derived from
+    its ``max_tokens``, :meth:`deadline_for`).
     ``ca_bundle``: a PEM file of CA certificates. ``context``: what a prompt may
     carry besides the document being completed: "all" (cross-file snippets of the
     scope's other open buffers, after the secret filter) or "file" (the document's own
@@ -378,7 +472,8 @@ class RemoteTarget(Target):
     def __init__(self, url: str, *, key: str | None = None, key_file: Path | str | None = None,
                  model_name: str | None = None,
                  tokenizer: Path | str | None = None, n_ctx: int = 2048,
-                 timeout_s: float = 30.0, ca_bundle: Path | str | None = None,
+                 timeout_s: float = 30.0, deadline_s: float | None = None,
+                 ca_bundle: Path | str | None = None,
                  context: str = "all", fim: str = "auto", environ=None):
         super().__init__()
         environ = os.environ if environ is None else environ
@@ -393,6 +488,10 @@ class RemoteTarget(Target):
         self.model_name = model_name
         self.n_ctx = int(n_ctx)
         self.timeout_s = float(timeout_s)
+        self.deadline_s = None if deadline_s is None else float(deadline_s)
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise InputError(f"target_deadline_ms must be positive, not {deadline_s!r}")
+        self._overran = False  # the server streamed past max_tokens (said once)
         host = urlsplit(self.url).hostname or ""
         plain = self.url.startswith("http://") and not is_this_machine(host)
         if plain and host not in _warned_plain:
@@ -404,6 +503,7 @@ class RemoteTarget(Target):
         auth = _KeyFile(key_file, key) if key_file else None
         self._auth, self._static_key = auth, None if auth else key
         headers = {"Authorization": f"Bearer {key}"} if key and not auth else {}
+        headers["Accept-Encoding"] = "identity"  # bodies are capped as sent (no gzip bomb)
         self._keyed = bool(key or auth)
         self._http = httpx.Client(
             base_url=self.url, headers=headers, auth=auth, follow_redirects=False, trust_env=True,
@@ -429,7 +529,7 @@ class RemoteTarget(Target):
         self.eos_token_ids = v.eos_token_ids if v else frozenset()
         self.fingerprint = v.fingerprint if v else tokenizer_fingerprint(
             [b"assistd remote tokenizer", self.url.encode(), (model_name or "").encode()])
-        self.state = {"reachable": None, "model": model_name, "latency_ms": None,
+        self.state = {"reachable": None, "model": self._shown(model_name), "latency_ms": None,
                       "last_error": None, "checked_at": None,
                       "model_listed": None}  # --target-model among the server's models
         self._lock = threading.RLock()  # (fim_tokens holds it while the tokenizer is found)
@@ -444,7 +544,66 @@ class RemoteTarget(Target):
         return self._vocab is not None
 
     def __repr__(self) -> str:
-        return f"RemoteTarget({self.url!r}, model={self.model_name!r}, tokenizer={self._mode!r})"
+        return f"RemoteTarget({self.url!r}, model={self.display_model!r}, tokenizer={self._mode!r})"
+
+    @property
+    def display_model(self) -> str | None:
+        """The model's name as shown (status, the daemon's ``/v1/models``, the log): the
+        server's id with the key replaced and control characters escaped, at most
+        :data:`ERROR_CHARS` characters. Requests send :attr:`model_name` as it came."""
+        return self._shown(self.model_name)
+
+    def _shown(self, text) -> str | None:
+        """Text that came from the server, fit to be shown (see :attr:`display_model`)."""
+        return None if text is None else printable(self._redact(str(text)))[:ERROR_CHARS]
+
+    def deadline_for(self, max_tokens: int) -> float:
+        """The deadline of one generation of ``max_tokens``, seconds from its start:
+        ``deadline_s`` when configured, else ``timeout_s + max_tokens /``
+        :data:`DEADLINE_TOKENS_PER_S` (the first chunk within the read timeout, then 5
+        tokens a second at the least: 30 s + 12.8 s for 64 tokens by default)."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        return self.timeout_s + max(1, int(max_tokens)) / DEADLINE_TOKENS_PER_S
+
+    # -- capped requests -------------------------------------------------------
+
+    def _fetch(self, method: str, path: str, timeout: float | None = None, **kw) -> _Answer:
+        """One request whose answer is read to its cap: :data:`MAX_BODY_BYTES` for a 200
+        (more raises :class:`RemoteTargetError` "too_large"), :data:`MAX_ERROR_BYTES` of
+        an error (the rest is not read), all within ``timeout`` seconds (default
+        ``timeout_s``; past it: "deadline"). Raises ``httpx.HTTPError`` as httpx does."""
+        limit = self.timeout_s if timeout is None else timeout
+        end = time.monotonic() + limit
+        with self._http.stream(method, path, timeout=httpx.Timeout(
+                limit, connect=min(CONNECT_TIMEOUT_S, limit)), **kw) as r:
+            body = self._read_capped(r, end, path, limit)
+        return _Answer(r.status_code, body, r.headers)
+
+    def _read_capped(self, r: httpx.Response, end: float, what: str, limit: float) -> bytes:
+        ok = r.status_code == 200
+        cap = MAX_BODY_BYTES if ok else MAX_ERROR_BYTES
+        if r.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
+            if not ok:
+                return b""  # an error's detail we did not ask to decompress: left out
+            raise RemoteTargetError(
+                f"the remote Target {self.url} answered {what} compressed"
+                f" ({self._shown(r.headers['content-encoding'])!r}) although asked for identity",
+                "malformed")
+        buf = bytearray()
+        for data in r.iter_raw():
+            buf += data
+            if len(buf) > cap:
+                if not ok:
+                    return bytes(buf[:cap])
+                raise RemoteTargetError(f"the remote Target {self.url} answered {what} with"
+                                        f" more than {cap // (1 << 20)} MiB; the rest was not"
+                                        " read", "too_large")
+            if time.monotonic() > end:
+                raise RemoteTargetError(f"the remote Target {self.url} did not finish its"
+                                        f" answer to {what} within {limit:g} s",
+                                        "deadline")
+        return bytes(buf)
 
     # -- health ----------------------------------------------------------------
 
@@ -453,12 +612,21 @@ class RemoteTarget(Target):
         the model id, the latency in ms, the last error). Never raises."""
         t0 = time.perf_counter()
         try:
-            r = self._http.get("/v1/models", timeout=min(CONNECT_TIMEOUT_S, self.timeout_s))
+            r = self._fetch("GET", "/v1/models", timeout=min(CONNECT_TIMEOUT_S, self.timeout_s))
             ms = (time.perf_counter() - t0) * 1000
             if r.status_code != 200:
-                raise RemoteTargetError(self._http_message(r.status_code, r.text, r.headers))
-            data = [m for m in r.json().get("data", []) if isinstance(m, dict)]
-            ids = [m.get("id") for m in data]
+                raise RemoteTargetError(self._http_message(r.status_code, r.text, r.headers),
+                                        "http")
+            try:
+                data = r.json().get("data", [])
+            except (ValueError, AttributeError):
+                data = None
+            if not isinstance(data, list):
+                raise RemoteTargetError(f"the remote Target {self.url} answered /v1/models"
+                                        " with no list of models", "malformed")
+            data = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)
+                    and 0 < len(m["id"]) <= MODEL_ID_CHARS]
+            ids = [m["id"] for m in data]
             if self.model_name is None and ids:
                 self.model_name = ids[0]
             elif ids and self.state.get("model_listed") is None:
@@ -466,13 +634,18 @@ class RemoteTarget(Target):
                 if self.model_name not in ids:  # said once: some servers ignore the name
                     log.warning("warning: the remote Target %s lists %s, not --target-model"
                                 " %r: a server that checks the name will refuse requests",
-                                self.url, ", ".join(map(str, ids[:5])), self.model_name)
+                                self.url, ", ".join(map(self._shown, ids[:5])), self.display_model)
             self._fit_context(next((m for m in data if m.get("id") == self.model_name),
                                    data[0] if data else {}))
-            self._seen(ms, model=self.model_name or (ids[0] if ids else None))
-        except (httpx.HTTPError, RemoteTargetError, ValueError, AttributeError) as e:
-            self._failed(self._transport_message(e) if isinstance(e, httpx.HTTPError) else str(e),
-                         answered=not isinstance(e, httpx.HTTPError))
+            self._seen(ms, model=self.display_model or (self._shown(ids[0]) if ids else None))
+        except httpx.HTTPError as e:
+            self._failed(self._transport_message(e))
+        except RemoteTargetError as e:
+            self._failed(str(e), answered=True)
+        except Exception as e:  # noqa: BLE001 - a probe never raises: status shows it
+            self._failed(printable(self._redact(
+                f"the remote Target {self.url}: /v1/models: {type(e).__name__}: {e}")),
+                answered=True)
         return dict(self.state)
 
     def _fit_context(self, listed: dict) -> None:
@@ -482,7 +655,7 @@ class RemoteTarget(Target):
         failed with its 400 before)."""
         meta = listed.get("meta") if isinstance(listed.get("meta"), dict) else {}
         ctx = meta.get("n_ctx", listed.get("max_model_len"))
-        if isinstance(ctx, int) and 0 < ctx < self.n_ctx:
+        if isinstance(ctx, int) and not isinstance(ctx, bool) and 64 <= ctx < self.n_ctx:
             log.warning("warning: the remote Target %s holds %d tokens of context, not"
                         " n_ctx %d: prompts are budgeted to %d", self.url, ctx, self.n_ctx, ctx)
             self.n_ctx = ctx
@@ -530,7 +703,7 @@ class RemoteTarget(Target):
     def _find_tokenizer(self) -> None:
         for path in ("/extras/tokenize", "/tokenize"):
             try:
-                r = self._http.post(path, json=self._tok_body("a"))
+                r = self._fetch("POST", path, json=self._tok_body("a"))
             except httpx.HTTPError as e:
                 raise RemoteTargetError(self._transport_message(e)) from None
             if r.status_code == 200 and isinstance(self._ids_of(r), list):
@@ -538,7 +711,8 @@ class RemoteTarget(Target):
                 log.info("remote Target %s: prompt budgets use the server's %s", self.url, path)
                 return
             if r.status_code not in (200, 404, 405):  # a refused key, a failing server:
-                raise RemoteTargetError(self._http_message(r.status_code, r.text, r.headers))
+                raise RemoteTargetError(self._http_message(r.status_code, r.text, r.headers),
+                                        "http")
         self._mode = "chars"  # (not decided on an error: it would stick)
         log.warning("remote Target %s has no tokenize endpoint and no --model tokenizer was"
                     " given: prompt budgets count %d characters per token", self.url,
@@ -553,12 +727,18 @@ class RemoteTarget(Target):
         return body
 
     @staticmethod
-    def _ids_of(r: httpx.Response):
+    def _ids_of(r: _Answer) -> list[int] | None:
+        """The ids of a tokenize answer (ints, or objects with an ``id``), or None when
+        it holds anything else."""
         try:
             toks = r.json().get("tokens")
         except (ValueError, AttributeError):
             return None
-        return [t if isinstance(t, int) else t.get("id") for t in toks] if isinstance(toks, list) else None
+        if not isinstance(toks, list):
+            return None
+        ids = [t.get("id") if isinstance(t, dict) else t for t in toks]
+        ok = all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 31 for i in ids)
+        return ids if ok else None
 
     @property
     def chars_per_token(self) -> int:
@@ -598,14 +778,15 @@ class RemoteTarget(Target):
         if not text:
             return []
         try:
-            r = self._http.post(self._tok_path, json={**self._tok_body(text),
-                                                      "parse_special": parse_special})
+            r = self._fetch("POST", self._tok_path, json={**self._tok_body(text),
+                                                          "parse_special": parse_special})
         except httpx.HTTPError as e:
             raise RemoteTargetError(self._transport_message(e)) from None
         ids = self._ids_of(r) if r.status_code == 200 else None
         if ids is None:
             raise RemoteTargetError(f"the remote Target {self.url} could not tokenize"
-                                    f" ({self._http_message(r.status_code, r.text, r.headers)})")
+                                    f" ({self._http_message(r.status_code, r.text, r.headers)})",
+                                    "http" if r.status_code != 200 else "malformed")
         return ids
 
     def _classify(self, text: str) -> dict[str, int]:
@@ -654,16 +835,20 @@ class RemoteTarget(Target):
     def _detokenize_server(self, ids: Sequence[int]) -> str:
         path = self._tok_path.replace("tokenize", "detokenize")
         try:
-            r = self._http.post(path, json={"tokens": [int(i) for i in ids],
-                                            **({"model": self.model_name} if self.model_name else {})})
+            r = self._fetch("POST", path, json={"tokens": [int(i) for i in ids],
+                                                **({"model": self.model_name} if self.model_name else {})})
             data = r.json() if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError) as e:
-            raise RemoteTargetError(f"the remote Target {self.url} could not detokenize: {e}") from None
+        except httpx.HTTPError as e:
+            raise RemoteTargetError(self._transport_message(e)) from None
+        except ValueError as e:
+            raise RemoteTargetError(f"the remote Target {self.url} could not detokenize:"
+                                    f" {self._shown(e)}", "malformed") from None
         text = next((data[k] for k in ("text", "content", "prompt")
                      if isinstance(data, dict) and isinstance(data.get(k), str)), None)
         if text is None:
             raise RemoteTargetError(f"the remote Target {self.url} could not detokenize"
-                                    f" (HTTP {r.status_code})")
+                                    f" (HTTP {r.status_code})",
+                                    "http" if r.status_code != 200 else "malformed")
         return text
 
     def prompt_text(self, ids: Sequence[int]) -> str:
@@ -742,7 +927,7 @@ class RemoteTarget(Target):
             try:
                 probe = {"prompt": self.tokenize("a")[:1], "max_tokens": 1, "temperature": 0.0,
                          **({"model": self.model_name} if self.model_name else {})}
-                r = self._http.post("/v1/completions", json=probe)
+                r = self._fetch("POST", "/v1/completions", json=probe)
             except (httpx.HTTPError, RemoteTargetError):
                 return False
             if r.status_code in (400, 422, 500):
@@ -876,24 +1061,30 @@ class RemoteTarget(Target):
         far, returns where it ends or None) are applied here, on the text, and end the
         stream; ``cancelled()`` is polled every :data:`POLL_S` s and between chunks and
         ends it with ``"cancelled"``; ``between_rounds()`` is called while waiting (the
-        daemon's preemption). Raises :class:`InputError` when the prompt does not fit
-        ``n_ctx`` or the server refuses it (HTTP 400), :class:`RemoteTargetError` for
-        the rest (see the module for the retry policy)."""
+        daemon's preemption). Reading stops at ``max_tokens`` worth of text (stop reason
+        ``"max_tokens"``, see the module) and at :meth:`deadline_for` (an error). Raises
+        :class:`InputError` when the prompt does not fit ``n_ctx`` or the server refuses
+        it (HTTP 400), :class:`RemoteTargetError` for the rest, its ``kind`` saying which
+        (see the module for the retry policy)."""
         n_prompt = self.prompt_tokens(prompt)
         if n_prompt + 1 >= self.n_ctx:
             raise InputError(f"the prompt is {n_prompt} tokens; the context window is {self.n_ctx}")
+        max_tokens = int(max_tokens)
         ledger = RemoteLedger(prompt_tokens=n_prompt)
         t0 = time.perf_counter()
+        limit = self.deadline_for(max_tokens)
+        deadline = time.monotonic() + limit
         sent = self.prompt_ids(prompt) if self.takes_token_ids() else None
         ledger.prompt_sent = "text" if sent is None else "token ids"
         body = {"prompt": self.prompt_text(prompt) if sent is None else sent,
-                "max_tokens": int(max_tokens),
+                "max_tokens": max_tokens,
                 "stream": True, "stream_options": {"include_usage": True}, "echo": False,
                 **_sampling_fields(sampling)}
         if self.model_name:
             body["model"] = self.model_name
         stops = [s for s in stop if s]
         longest = max((len(s) for s in stops), default=0)
+        max_chars = max_tokens * MAX_TOKEN_CHARS
         text, chunks, reason, scanned = "", 0, None, 0
         for attempt in range(RETRIES + 1):
             ledger.retries = attempt
@@ -901,11 +1092,13 @@ class RemoteTarget(Target):
             stream = _Stream(self, body)
             try:
                 while reason is None:
-                    ev = stream.next(cancelled, between_rounds)
+                    ev = stream.next(cancelled, between_rounds, deadline)
                     if ev is None:
                         reason = "cancelled"
                         break
                     kind = ev[0]
+                    if kind == "deadline":
+                        self._past_deadline(limit, max_tokens, chunks)
                     if kind == "open":
                         self._seen((time.perf_counter() - sent) * 1000)
                         continue
@@ -914,6 +1107,14 @@ class RemoteTarget(Target):
                         if usage:
                             ledger.server_usage = usage
                         if piece:
+                            if chunks >= max_tokens:  # the server ignores max_tokens
+                                self._overrun(max_tokens)
+                                reason = "max_tokens"
+                                break
+                            if len(text) + len(piece) > max_chars:  # more than it holds
+                                piece = piece[:max_chars - len(text)]
+                                self._overrun(max_tokens)
+                                finish = "length"
                             if not chunks:
                                 ledger.first_token_ms = (time.perf_counter() - t0) * 1000
                             chunks += 1
@@ -944,22 +1145,29 @@ class RemoteTarget(Target):
                             raise RemoteTargetError(
                                 f"the remote Target {self.url} closed the stream {what}"
                                 f" without finishing{bad}; the completion was dropped"
-                                " (nothing was stored)")
+                                " (nothing was stored)", "malformed")
                         break
-                    if kind == "error":  # (kind, retryable, wait_s, message, exc class,
-                        _, retryable, wait, message, cls, answered = ev  # an HTTP answer)
+                    if kind == "error":  # (kind, retryable, wait_s, the exception, whether
+                        _, retryable, wait, exc, answered = ev  # it is an HTTP answer)
                         if chunks:
-                            raise RemoteTargetError(
-                                f"{message}, after {chunks} {'chunk' if chunks == 1 else 'chunks'}"
+                            raise type(exc)(*_with(exc, (
+                                f"{exc}, after {chunks} {'chunk' if chunks == 1 else 'chunks'}"
                                 " of text: the completion"
-                                " was dropped (nothing was stored)")
-                        if retryable and attempt < RETRIES and (wait or 0) <= RETRY_AFTER_MAX_S:
-                            self._failed(message, answered)
-                            if not _sleep(wait if wait is not None else BACKOFF_S[attempt], cancelled):
+                                " was dropped (nothing was stored)")))
+                        pause = wait if wait is not None else BACKOFF_S[min(attempt, 1)]
+                        if (retryable and attempt < RETRIES and (wait or 0) <= RETRY_AFTER_MAX_S
+                                and time.monotonic() + pause < deadline):
+                            self._failed(str(exc), answered)
+                            if not _sleep(pause, cancelled):
                                 reason = "cancelled"
                             break
-                        self._failed(message, answered)
-                        raise cls(message + (f" (after {attempt} retries)" if attempt else ""))
+                        if (retryable and wait is not None and wait <= RETRY_AFTER_MAX_S
+                                and time.monotonic() + wait >= deadline):
+                            exc = type(exc)(*_with(exc, f"{exc}; it asks to wait {wait:g} s,"
+                                                        f" past the deadline of {limit:g} s"))
+                        self._failed(str(exc), answered)
+                        raise type(exc)(*_with(exc, str(exc) + (
+                            f" (after {attempt} retries)" if attempt else "")))
             finally:
                 stream.close()
             if reason is not None:
@@ -976,12 +1184,28 @@ class RemoteTarget(Target):
         ledger.committed_tokens, ledger.tokens_from = next(
             (n, src) for n, src in (
                 (ledger.server_usage.get("completion_tokens"), "server usage"),
-                (int(max_tokens) if reason == "max_tokens" else None, "max_tokens reached"),
+                (max_tokens if reason == "max_tokens" else None, "max_tokens reached"),
                 (len(tokens) if tokens else None, "the text tokenized"),
                 (chunks, "streamed chunks")) if isinstance(n, int))
         if reason == "eos" and self.eos_token_ids:
             tokens.append(min(self.eos_token_ids))
         return RemoteResult(text=text, stop_reason=reason, tokens=tokens, ledger=ledger)
+
+    def _past_deadline(self, limit: float, max_tokens: int, chunks: int):
+        why = ("target_deadline_ms" if self.deadline_s is not None else
+               f"{self.timeout_s:g} s + {max_tokens} tokens at {DEADLINE_TOKENS_PER_S:g} tokens/s")
+        message = (f"the remote Target {self.url} did not finish within the deadline of"
+                   f" {limit:g} s ({why}) after {chunks} {'chunk' if chunks == 1 else 'chunks'};"
+                   " the completion was dropped (nothing was stored); a slow server needs a"
+                   " larger --target-deadline-ms (target_deadline_ms)")
+        self._failed(message, answered=chunks > 0)
+        raise RemoteTargetError(message, "deadline")
+
+    def _overrun(self, max_tokens: int) -> None:
+        if not self._overran:  # said once: the server ignores the limit it was sent
+            self._overran = True
+            log.warning("warning: the remote Target %s streamed more than max_tokens (%d)"
+                        " worth of text: the rest was not read", self.url, max_tokens)
 
     # -- messages ------------------------------------------------------------------
 
@@ -1010,12 +1234,15 @@ class RemoteTarget(Target):
         return f"the connection to the remote Target {self.url} broke ({type(e).__name__})"
 
     def _redact(self, text: str) -> str:
-        """``text`` without the key: a server may quote the request back in its error."""
-        key = self._auth.key if self._auth is not None else self._static_key
-        return text.replace(key, "[the key]") if key and key in text else text
+        """``text`` without the key, nor any piece of it of :data:`KEY_PIECE` characters
+        or more: a server may quote the request back (whole, or cut) in its error, a
+        header or a model id. Call it before anything cuts the text."""
+        key = self._auth.key if getattr(self, "_auth", None) is not None else getattr(
+            self, "_static_key", None)
+        return redact_key(text, key)
 
     def _http_message(self, code: int, body: str, headers) -> str:
-        detail = self._redact(_error_detail(body))
+        detail = _error_detail(body, self._redact)
         if 300 <= code < 400:
             return (f"the remote Target {self.url} answered with a redirect (HTTP {code});"
                     " assistd does not follow redirects, so that the key goes only to the"
@@ -1031,9 +1258,9 @@ class RemoteTarget(Target):
             return (f"the remote Target {self.url} has no such endpoint (HTTP 404{detail});"
                     " is --target-url the server's base URL (e.g. http://host:8080)?")
         if code == 429:
-            wait = headers.get("retry-after")
+            wait = _retry_after(headers)  # a number, or not said (it is the server's text)
             return (f"the remote Target {self.url} is rate limiting (HTTP 429"
-                    + (f", Retry-After {wait} s" if wait else "") + ")")
+                    + (f", Retry-After {wait:g} s" if wait is not None else "") + ")")
         return f"the remote Target {self.url} failed (HTTP {code}{detail})"
 
     def close(self) -> None:
@@ -1054,15 +1281,55 @@ def _tls_failure(e: BaseException) -> ssl.SSLError | None:
     return None
 
 
-def _error_detail(body: str) -> str:
-    """The server's own error message, short: ``": message"`` or ``""``."""
+def redact_key(text: str, key: str | None) -> str:
+    """``text`` with ``key``, and every piece of it of :data:`KEY_PIECE` characters or
+    more, replaced by ``[the key]``.
+
+    >>> redact_key("a sk-0123456789 b 01234567 c", "sk-0123456789")
+    'a [the key] b [the key] c'
+    """
+    if not key or not text:
+        return text
+    text = text.replace(key, "[the key]")
+    n = min(KEY_PIECE, len(key))
+    pieces = {key[i:i + n] for i in range(len(key) - n + 1)}
+    hits = [i for i in range(len(text) - n + 1) if text[i:i + n] in pieces]
+    if not hits:
+        return text
+    out, pos, end = [], 0, -1
+    for i in hits + [None]:  # runs of overlapping pieces become one [the key]
+        if i is not None and i <= end:
+            end = i + n
+            continue
+        if end >= 0:
+            out.append("[the key]")
+            pos = end
+        if i is not None:
+            out.append(text[pos:i])
+            end = i + n
+    return "".join(out) + text[pos:]
+
+
+def _retry_after(headers) -> float | None:
+    """A ``Retry-After`` of seconds (0 up to a day), else None (a date, or junk)."""
     try:
-        data = json.loads(body)
+        wait = float(headers.get("retry-after") or "")
+    except ValueError:
+        return None
+    return wait if 0 <= wait <= 86400 else None
+
+
+def _error_detail(body: str, redact=lambda t: t) -> str:
+    """The server's own error message, short: ``": message"`` or ``""``; ``redact``
+    runs on it before it is cut to :data:`ERROR_CHARS` (a key on the cut would show in
+    part), control characters escaped after."""
+    try:
+        data = jsonlimits.loads(body, JSON_DEPTH)
         msg = data.get("error", data.get("detail", ""))
         msg = msg.get("message", "") if isinstance(msg, dict) else msg
     except (ValueError, AttributeError):
         msg = body
-    msg = " ".join(str(msg).split())[:200]
+    msg = printable(" ".join(redact(str(msg)).split())[:ERROR_CHARS])
     return f": {msg}" if msg else ""
 
 
@@ -1092,14 +1359,16 @@ def _sleep(seconds: float, cancelled) -> bool:
 
 
 class _Stream:
-    """One streamed request, read on its own thread into a queue, so that the caller
-    can poll ``cancelled()`` while the server is silent and leave at once. Closing it
-    shuts the socket down (a reader blocked in ``recv`` wakes: a plain ``close`` from
-    another thread would not wake it), so the server sees the client hang up."""
+    """One streamed request, read on its own thread into a bounded queue, so that the
+    caller can poll ``cancelled()`` and the deadline while the server is silent and leave
+    at once. Closing it shuts the socket down (a reader blocked in ``recv`` wakes: a
+    plain ``close`` from another thread would not wake it), so the server sees the client
+    hang up. Events: ``("open",)``, ``("text", piece, finish, usage)``, ``("done",
+    skipped)``, ``("error", retryable, wait_s, exception, answered)``."""
 
     def __init__(self, target: RemoteTarget, body: dict):
         self.target = target
-        self.q: queue.Queue = queue.Queue()
+        self.q: queue.Queue = queue.Queue(QUEUE_EVENTS)
         self.stop = threading.Event()
         self.finished = threading.Event()  # the reader closed the connection
         self.sock = None  # the connection's socket, once the answer's headers came
@@ -1107,19 +1376,32 @@ class _Stream:
                                        name="assistd-remote-stream", daemon=True)
         self.thread.start()
 
+    def _put(self, event) -> None:
+        while not self.stop.is_set():  # waits while the caller is behind, never past close
+            try:
+                self.q.put(event, timeout=POLL_S)
+                return
+            except queue.Full:
+                continue
+
     def _read(self, body: dict) -> None:
-        put, t = self.q.put, self.target
+        put, t = self._put, self.target
         try:
             with t._http.stream("POST", "/v1/completions", json=body) as r:
                 if r.status_code != 200:
-                    raw = r.read()[:4096].decode("utf-8", "replace")
-                    put(_http_error(t, r.status_code, raw, r.headers))
+                    raw = t._read_capped(r, math.inf, "/v1/completions", t.timeout_s)
+                    put(_http_error(t, r.status_code, raw.decode("utf-8", "replace"), r.headers))
                     return
+                if r.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
+                    raise RemoteTargetError(
+                        f"the remote Target {t.url} streamed compressed"
+                        f" ({t._shown(r.headers['content-encoding'])!r}) although asked for"
+                        " identity", "malformed")
                 stream = r.extensions.get("network_stream")
                 self.sock = stream.get_extra_info("socket") if stream is not None else None
                 put(("open",))
-                skipped = 0  # events that were no completion chunk (not JSON, wrong shape)
-                for line in r.iter_lines():
+                skipped = 0  # events that were no completion chunk (not JSON, no choices)
+                for line in _sse_lines(r.iter_raw(), t):
                     if self.stop.is_set():
                         return
                     if not line.startswith("data:"):
@@ -1128,36 +1410,42 @@ class _Stream:
                     if data == "[DONE]":
                         put(("done", skipped))
                         return
-                    try:
-                        chunk = json.loads(data)
-                        choice = (chunk.get("choices") or [{}])[0]
-                        piece = choice.get("text") or ""
-                        finish = choice.get("finish_reason")
-                        usage = chunk.get("usage") or None
-                    except (ValueError, AttributeError, IndexError, TypeError):
+                    event = _chunk_event(data, t)
+                    if event is None:
                         skipped += 1  # not a completion chunk (an unexpected event)
                         continue
-                    put(("text", piece, finish, usage))
+                    put(event)
                 put(("done", skipped))  # EOF without [DONE]: judged by whether a finish came
         except httpx.HTTPError as e:
             if self.stop.is_set():
                 return  # closed by the caller: nobody waits for this
             retry = (isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
                      and _tls_failure(e) is None)
-            put(("error", retry, None, t._transport_message(e), RemoteTargetError, False))
+            put(("error", retry, None, RemoteTargetError(t._transport_message(e)), False))
+        except RemoteTargetError as e:  # a line or stream over its cap, a malformed chunk
+            if not self.stop.is_set():
+                put(("error", False, None, e, True))
         except Exception as e:  # noqa: BLE001 - reported to the caller, never a traceback
-            put(("error", False, None, t._redact(f"remote Target: {type(e).__name__}: {e}"),
-                 RemoteTargetError, False))
+            if not self.stop.is_set():
+                put(("error", False, None, RemoteTargetError(
+                    t._redact(f"remote Target: {type(e).__name__}: {e}"), "malformed"), False))
         finally:
             self.finished.set()
 
-    def next(self, cancelled, between_rounds):
-        """The next event, or None when ``cancelled()`` turned true first."""
+    def next(self, cancelled, between_rounds, deadline: float | None = None):
+        """The next event; None when ``cancelled()`` turned true first, ``("deadline",)``
+        when ``deadline`` (``time.monotonic()``) passed first."""
         while True:
             if cancelled is not None and cancelled():
                 return None
+            wait = POLL_S
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return ("deadline",)
+                wait = min(wait, left)
             try:
-                return self.q.get(timeout=POLL_S)
+                return self.q.get(timeout=wait)
             except queue.Empty:
                 if between_rounds is not None:
                     between_rounds()
@@ -1171,16 +1459,87 @@ class _Stream:
                 pass  # closed already
 
 
+_EOL = re.compile(rb"\r\n|\r|\n")
+
+
+def _sse_lines(chunks, t: RemoteTarget):
+    """The lines of a server-sent event stream (``\\r\\n``, ``\\r`` or ``\\n`` ends one;
+    UTF-8, bad bytes replaced) from its raw ``chunks``, never holding more than
+    :data:`MAX_LINE_BYTES` of one line nor reading more than :data:`MAX_STREAM_BYTES`:
+    past either, :class:`RemoteTargetError` "too_large"."""
+    pending, total, skip_lf = bytearray(), 0, False
+    for data in chunks:
+        total += len(data)
+        if total > MAX_STREAM_BYTES:
+            raise RemoteTargetError(f"the remote Target {t.url} streamed more than"
+                                    f" {MAX_STREAM_BYTES >> 20} MiB; the rest was not read",
+                                    "too_large")
+        pos = 1 if skip_lf and data[:1] == b"\n" else 0  # a \r\n split between chunks
+        skip_lf = False
+        for m in _EOL.finditer(data, pos):
+            pending += data[pos:m.start()]
+            if len(pending) > MAX_LINE_BYTES:
+                break
+            yield pending.decode("utf-8", "replace")
+            pending.clear()
+            pos = m.end()
+            skip_lf = m.group() == b"\r" and pos == len(data)
+        else:
+            pending += data[pos:]
+        if len(pending) > MAX_LINE_BYTES:
+            raise RemoteTargetError(f"the remote Target {t.url} sent an event line over"
+                                    f" {MAX_LINE_BYTES >> 20} MiB; the rest was not read",
+                                    "too_large")
+    if pending:
+        yield pending.decode("utf-8", "replace")
+
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def _chunk_event(data: str, t: RemoteTarget):
+    """A ``data:`` event as ``("text", piece, finish, usage)``, or None for one that is
+    no completion chunk (not JSON, no ``choices``: skipped and counted); raises
+    :class:`RemoteTargetError` "malformed" for a chunk of the wrong shape (a ``text``
+    that is no string, ...). ``usage`` keeps the counts that are whole numbers."""
+    try:
+        chunk = jsonlimits.loads(data, JSON_DEPTH)
+    except ValueError:
+        return None
+    if not isinstance(chunk, dict):
+        return None
+    usage = chunk.get("usage")
+    usage = {k: v for k, v in usage.items() if k in _USAGE_KEYS and isinstance(v, int)
+             and not isinstance(v, bool) and 0 <= v < 1 << 31} if isinstance(usage, dict) else {}
+    choices = chunk.get("choices")
+    if choices is None:
+        return ("text", "", None, usage) if usage else None
+    if not isinstance(choices, list) or (choices and not isinstance(choices[0], dict)):
+        raise RemoteTargetError(f"the remote Target {t.url} sent a malformed chunk:"
+                                " its choices are not a list of objects", "malformed")
+    choice = choices[0] if choices else {}
+    piece, finish = choice.get("text"), choice.get("finish_reason")
+    if piece is not None and not isinstance(piece, str):
+        raise RemoteTargetError(f"the remote Target {t.url} sent a malformed chunk: its"
+                                f" choices[0].text is {type(piece).__name__}, not a string",
+                                "malformed")
+    if finish is not None and not isinstance(finish, str):
+        raise RemoteTargetError(f"the remote Target {t.url} sent a malformed chunk: its"
+                                f" finish_reason is {type(finish).__name__}, not a string",
+                                "malformed")
+    return ("text", encodable(piece or ""), finish, usage)
+
+
+def _with(exc: Exception, message: str) -> tuple:
+    """The arguments that make ``exc``'s class again with ``message``."""
+    return (message, exc.kind) if isinstance(exc, RemoteTargetError) else (message,)
+
+
 def _http_error(t: RemoteTarget, code: int, body: str, headers) -> tuple:
     """The reader's error event for an HTTP status other than 200."""
     message = t._http_message(code, body, headers)
-    wait = None
-    if code in (429, 503):
-        try:
-            wait = float(headers.get("retry-after")) if headers.get("retry-after") else None
-        except ValueError:
-            wait = None  # an HTTP date: use the backoff
-        if wait is not None and wait > RETRY_AFTER_MAX_S:
-            message += f"; it asks to wait {wait:g} s: retry later"
-    cls = InputError if code == 400 else RemoteTargetError
-    return ("error", code in (429, 503), wait, message, cls, True)
+    wait = _retry_after(headers) if code in (429, 503) else None
+    if wait is not None and wait > RETRY_AFTER_MAX_S:
+        message += f"; it asks to wait {wait:g} s: retry later"
+    exc = InputError(message) if code == 400 else RemoteTargetError(message, "http")
+    return ("error", code in (429, 503), wait, exc, True)
