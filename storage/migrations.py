@@ -78,6 +78,12 @@ Changed by ``m007_target_costs_context`` (t(n, context); see ``assistd/ground/co
                     tokens summed over the forwards, decayed as count: mean context =
                     context_sum / count); pk (target, n_tokens, context_bucket). Rows from
                     before are the reference context (bucket 0, 64 tokens each).
+
+``m008_rescan_secrets_urls_tables`` (no schema change) re-scans with the rules of issue 34's
+break-it pass: passwords in URLs with an empty user, credentials in URL queries, Docker
+``config.json`` auths, base64 of a key or of ``user:password``, ``.netrc`` entries in any
+file, password and token columns of Markdown tables, a key on a comment line after the
+comment naming it, a key cut into two string literals, and Microsoft's provider table.
 """
 
 import json
@@ -224,6 +230,11 @@ def m007_target_costs_context(db: sqlite_utils.Database) -> None:
                " count * 64, updated_utc from target_costs")
     db.execute("drop table target_costs")
     db.execute("alter table target_costs_new rename to target_costs")
+
+
+@migration
+def m008_rescan_secrets_urls_tables(db: sqlite_utils.Database) -> None:
+    rescan_secrets(db, "m008_rescan_secrets_urls_tables")
 
 
 RESCAN_MARK = "rescanned"  # a content_hash no sha256 hex equals: the source is read again

@@ -961,6 +961,39 @@ def test_m006_rescans_a_database_made_before_the_header_and_prose_rules(tmp_path
     assert "secrets rescan (m006_rescan_secrets_headers_prose): 3 values redacted in 3 of" in human
 
 
+def test_m008_rescans_a_database_made_before_the_url_netrc_and_table_rules(tmp_path, target):
+    """A history written before the rules for empty-user URL passwords, .netrc entries and
+    password columns of Markdown tables (m008 unrecorded, the values stored verbatim):
+    opening it runs m008, the values are gone from text and tokens, and its row in
+    ``secret_rescans`` counts them."""
+    url_pw = "RedisPw" + _r(9)
+    netrc_pw = "NetPw" + _r(10) + "7"
+    table_pw = "TblPw" + _r(10) + "3"
+    files = {"deploy.md": f"# Deploy\n\nCache at redis://:{url_pw}@cache.internal:6379/0\n",
+             "hosts.txt": f"machine ci.example.com login deploy password {netrc_pw}\n",
+             "app.py": "def ok():\n    return 1\n"}
+    repo = make_repo(tmp_path / "repo", files).resolve()
+    session = tmp_path / "s.jsonl"
+    session.write_text(_claude_record(repo, "u1", [{"type": "text", "text": (
+        f"| user | password |\n|---|---|\n| admin | {table_pw} |\n")}]) + "\n")
+    db = tmp_path / "old.db"
+    _old_database(db, repo, session, target, {"repo": files, "transcript": table_pw},
+                  migration="m008_rescan_secrets_urls_tables")
+    with sqlite3.connect(db) as c:  # the old database really holds them
+        stored = "\n".join(t for (t,) in c.execute("select text from documents"))
+    assert url_pw in stored and netrc_pw in stored and table_pw in stored
+    texts, decoded = _stored(db, target)  # opening it ran m008
+    assert [v for v in (url_pw, netrc_pw, table_pw) if v in texts or v in decoded] == []
+    assert "redis://:[REDACTED]@cache.internal:6379/0" in texts
+    store = HistoryStore(db)
+    try:
+        rows = {r["name"]: r for r in secret_rescans(store.db)}
+    finally:
+        store.close()
+    row = rows["m008_rescan_secrets_urls_tables"]
+    assert (row["changed"], row["redactions"], row["failed"]) == (3, 3, 0)
+
+
 def test_migration_is_one_transaction_a_kill_midway_changes_nothing(tmp_path, target,
                                                                     monkeypatch):
     """A kill during the rescan (simulated: the filter raises KeyboardInterrupt on the second
