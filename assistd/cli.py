@@ -140,7 +140,7 @@ def _remote_options(fn=None, *, env: bool = False):
         click.option("--target-deadline-ms", type=click.IntRange(1), default=None,
                      **envvar("TARGET_DEADLINE_MS"),
                      help="backend openai: the longest one generation may take, ms."
-                          " [default: --target-timeout-ms + 200 ms per token of max_tokens]"),
+                          " [default: --target-timeout-ms + 1000 ms per token of max_tokens]"),
         click.option("--target-context", type=click.Choice(["all", "file"]), default=None,
                      **envvar("TARGET_CONTEXT"),
                      help="backend openai: what prompts carry to the server besides the"

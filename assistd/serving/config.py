@@ -67,8 +67,8 @@ class Config:
     target_model: str | None = None  # the "model" sent; None = the server's first
     target_ca_bundle: str | None = None  # PEM CA certificates for https
     target_timeout_ms: int = 30_000  # the longest wait for the server's next chunk
-    # the longest one generation may take; None = target_timeout_ms + max_tokens / 5
-    # tokens a second (assistd/targets/remote.py, RemoteTarget.deadline_for)
+    # the longest one generation may take; None = target_timeout_ms + 1 s per token of
+    # max_tokens (assistd/targets/remote.py, RemoteTarget.deadline_for)
     target_deadline_ms: int | None = None
     # what a prompt carries to the server besides the document: "all" (cross-file
     # snippets of the other open buffers, secret-filtered) or "file" (the document only)

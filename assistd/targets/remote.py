@@ -40,7 +40,9 @@ may still be working).
 Limits, against a server that is slow, broken or hostile (docs/design.md, "Remote Target"):
 
 - a deadline per generation (:meth:`RemoteTarget.deadline_for`): ``--target-deadline-ms``,
-  else ``target_timeout + max_tokens / DEADLINE_TOKENS_PER_S`` seconds;
+  else ``target_timeout + max_tokens / DEADLINE_TOKENS_PER_S`` seconds; and no text for
+  twice ``target_timeout`` (keep-alive comments and empty chunks are no text; a silent
+  socket fails sooner, at the read timeout) ends it too;
 - reading stops at ``max_tokens`` worth of text: ``max_tokens`` non-empty chunks, and
   at most :data:`MAX_TOKEN_CHARS` characters per token;
 - every read is capped in bytes: an event line :data:`MAX_LINE_BYTES`, a stream
@@ -93,8 +95,10 @@ CHARS_PER_TOKEN = 4  # the character budget when no tokenizer is known
 POLL_S = 0.02  # how often a waiting generation checks cancelled()
 PROBE_EVERY_S = 3.0  # status probes /v1/models at most this often
 # The default deadline of one generation: the read timeout for the first chunk, then at
-# least this many tokens a second (a CPU server on a 7B model manages 5-10).
-DEADLINE_TOKENS_PER_S = 5.0
+# least this many tokens a second. Lenient on purpose: the embedded model on a loaded
+# 2-core machine streams 1-2 a second, and a stream that sends no text at all is ended
+# sooner, by the read timeout (see RemoteTarget.complete).
+DEADLINE_TOKENS_PER_S = 1.0
 MAX_TOKEN_CHARS = 128  # a generous bound on one token's text (characters)
 MAX_LINE_BYTES = 1 << 20  # one server-sent event line
 MAX_STREAM_BYTES = 64 << 20  # one streamed answer, all lines
@@ -560,8 +564,8 @@ class RemoteTarget(Target):
     def deadline_for(self, max_tokens: int) -> float:
         """The deadline of one generation of ``max_tokens``, seconds from its start:
         ``deadline_s`` when configured, else ``timeout_s + max_tokens /``
-        :data:`DEADLINE_TOKENS_PER_S` (the first chunk within the read timeout, then 5
-        tokens a second at the least: 30 s + 12.8 s for 64 tokens by default)."""
+        :data:`DEADLINE_TOKENS_PER_S` (the first chunk within the read timeout, then 1
+        token a second at the least: 30 s + 64 s for 64 tokens by default)."""
         if self.deadline_s is not None:
             return self.deadline_s
         return self.timeout_s + max(1, int(max_tokens)) / DEADLINE_TOKENS_PER_S
@@ -1062,7 +1066,10 @@ class RemoteTarget(Target):
         stream; ``cancelled()`` is polled every :data:`POLL_S` s and between chunks and
         ends it with ``"cancelled"``; ``between_rounds()`` is called while waiting (the
         daemon's preemption). Reading stops at ``max_tokens`` worth of text (stop reason
-        ``"max_tokens"``, see the module) and at :meth:`deadline_for` (an error). Raises
+        ``"max_tokens"``, see the module), and with an error of kind "deadline" at
+        :meth:`deadline_for` or when no text came for twice ``timeout_s`` (a stream of
+        keep-alives or empty chunks never trips the socket's read timeout, which ends a
+        silent one at ``timeout_s``). Raises
         :class:`InputError` when the prompt does not fit ``n_ctx`` or the server refuses
         it (HTTP 400), :class:`RemoteTargetError` for the rest, its ``kind`` saying which
         (see the module for the retry policy)."""
@@ -1090,15 +1097,18 @@ class RemoteTarget(Target):
             ledger.retries = attempt
             sent = time.perf_counter()
             stream = _Stream(self, body)
+            quiet_until = time.monotonic() + 2 * self.timeout_s  # no text by then: an error
             try:
                 while reason is None:
-                    ev = stream.next(cancelled, between_rounds, deadline)
+                    ev = stream.next(cancelled, between_rounds, min(deadline, quiet_until))
                     if ev is None:
                         reason = "cancelled"
                         break
                     kind = ev[0]
                     if kind == "deadline":
-                        self._past_deadline(limit, max_tokens, chunks)
+                        if time.monotonic() >= deadline:
+                            self._past_deadline(limit, max_tokens, chunks)
+                        self._no_text(chunks)
                     if kind == "open":
                         self._seen((time.perf_counter() - sent) * 1000)
                         continue
@@ -1107,6 +1117,7 @@ class RemoteTarget(Target):
                         if usage:
                             ledger.server_usage = usage
                         if piece:
+                            quiet_until = time.monotonic() + 2 * self.timeout_s
                             if chunks >= max_tokens:  # the server ignores max_tokens
                                 self._overrun(max_tokens)
                                 reason = "max_tokens"
@@ -1199,6 +1210,15 @@ class RemoteTarget(Target):
                    " the completion was dropped (nothing was stored); a slow server needs a"
                    " larger --target-deadline-ms (target_deadline_ms)")
         self._failed(message, answered=chunks > 0)
+        raise RemoteTargetError(message, "deadline")
+
+    def _no_text(self, chunks: int):
+        message = (f"the remote Target {self.url} sent no text for {2 * self.timeout_s:g} s"
+                   + (f" after {chunks} {'chunk' if chunks == 1 else 'chunks'}" if chunks else "")
+                   + " (only keep-alives or empty chunks); the completion was dropped (nothing"
+                   " was stored); the server may be overloaded: check it, or raise"
+                   " --target-timeout-ms (target_timeout_ms)")
+        self._failed(message, answered=True)
         raise RemoteTargetError(message, "deadline")
 
     def _overrun(self, max_tokens: int) -> None:

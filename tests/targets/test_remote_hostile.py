@@ -192,12 +192,26 @@ def test_the_deadline_holds_while_the_server_sends_no_headers(hostile):
         t.close()
 
 
+def test_keepalives_without_text_end_at_the_read_timeout(hostile):
+    """Comments every 0.1 s never trip the socket's read timeout; no text for
+    twice ``timeout_s`` ends the stream, long before the deadline."""
+    hostile.completions = lambda a: a.forever(b": ping\n\n", every_s=0.1)
+    t = target(hostile, timeout_s=1.0, deadline_s=60.0)
+    try:
+        with pytest.raises(RemoteTargetError) as e:
+            complete(t)
+        assert e.value.kind == "deadline" and "no text for 2 s" in one_line(e.value)
+        assert hostile.gone.wait(30)
+    finally:
+        t.close()
+
+
 def test_the_default_deadline_is_the_documented_formula(hostile):
-    """The read timeout for the first chunk, then 5 tokens a second at the least."""
+    """The read timeout for the first chunk, then 1 token a second at the least."""
     t = target(hostile, timeout_s=30.0)
     try:
-        assert t.deadline_for(64) == pytest.approx(30.0 + 64 / 5)
-        assert t.deadline_for(1) == pytest.approx(30.2)
+        assert t.deadline_for(64) == pytest.approx(30.0 + 64)
+        assert t.deadline_for(1) == pytest.approx(31.0)
     finally:
         t.close()
     t = target(hostile, timeout_s=30.0, deadline_s=2.5)
