@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import ctypes
 import ipaddress
-import json
 import logging
 import math
 import os
@@ -839,8 +838,8 @@ class RemoteTarget(Target):
     def _detokenize_server(self, ids: Sequence[int]) -> str:
         path = self._tok_path.replace("tokenize", "detokenize")
         try:
-            r = self._fetch("POST", path, json={"tokens": [int(i) for i in ids],
-                                                **({"model": self.model_name} if self.model_name else {})})
+            model = {"model": self.model_name} if self.model_name else {}
+            r = self._fetch("POST", path, json={"tokens": [int(i) for i in ids], **model})
             data = r.json() if r.status_code == 200 else None
         except httpx.HTTPError as e:
             raise RemoteTargetError(self._transport_message(e)) from None

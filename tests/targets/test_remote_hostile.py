@@ -155,7 +155,7 @@ def target(server: HostileServer, **kw) -> RemoteTarget:
 
 
 def complete(t: RemoteTarget, max_tokens: int = 8):
-    return t.complete([ord(c) for c in "x"], max_tokens=max_tokens)  # char mode: ids are code points
+    return t.complete([ord("x")], max_tokens=max_tokens)  # character mode: ids are code points
 
 
 def one_line(e: BaseException) -> str:
