@@ -24,7 +24,7 @@ from pathlib import Path
 
 from assistd.ground.ledger import Ledger
 from assistd.runtime.runtime import LOADING, Runtime
-from editors import prompting
+from editors import crossfile, prompting
 from editors.crossfile import CrossFile
 from editors.settings import Settings
 from storage.suggestions import Served
@@ -329,14 +329,21 @@ class Completer:
         self.crossfile.drop(uri)
 
     def _sync_buffers(self, scope: str, buffers: dict[str, str], current: str) -> None:
-        """Open buffers of ``scope`` as history documents (tokenized when changed). The
-        document being typed in (``current``) is re-tokenized at most every
-        ``BUFFER_REFRESH_S``: not the whole file on every keystroke."""
+        """Open buffers of ``scope`` as history documents (tokenized when changed), those
+        the history would keep only (:func:`editors.crossfile.kept`: never an open
+        ``.env``, ``*.key``, ignored file or ``.git/config``; one that became ignored
+        leaves). Only these become cross-file sources. The document being typed in
+        (``current``) is re-tokenized at most every ``BUFFER_REFRESH_S``: not the whole
+        file on every keystroke."""
+        rules = crossfile.history_rules(scope)  # read now: an ignore file may have changed
         for uri, text in buffers.items():
             if len(text) > MAX_BUFFER_CHARS:
                 continue
             path = uri_path(uri)  # real paths on both sides: no way out through .. or links
             if path is None or path == Path(scope) or not path.is_relative_to(scope):
+                continue
+            if not crossfile.kept(rules, path.relative_to(scope).as_posix(), text):
+                self._unindex(uri)
                 continue
             entry = self._buffers.get(uri)
             fresh = entry is not None and self.index.has(entry[0])
@@ -350,6 +357,14 @@ class Completer:
                 # and its tokenizer may be the server's: the buffer would be sent there)
                 self.index.put(scope, doc_id, self.target.tokenize(text), name=f"buffer:{path.name}")
             self._buffers[uri] = (doc_id, scope, sha, time.monotonic())
+
+    def _unindex(self, uri: str) -> None:
+        """``uri`` leaves the live history and the cross-file sources (its editor state,
+        the prompt window and type-through, stays)."""
+        entry = self._buffers.pop(uri, None)
+        if entry is not None and self.index is not None:
+            self.index.remove(entry[0])
+        self.crossfile.drop(uri)
 
     def _new_buffer_id(self) -> int:
         return self.runtime.new_buffer_id()

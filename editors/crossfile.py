@@ -2,7 +2,10 @@
 in the prompt before the document's window (docs/design.md, "Editors").
 
 The sources are the scope's open buffers (never the document itself, never another
-scope's), the most recently changed or saved first. Each is cut into chunks of
+scope's) that the history would keep (:func:`kept`: the path rules of
+:class:`storage.walk.IgnoreRules`, which refuse credential files such as ``.env`` and
+``*.key``, ignored files and folders and ``.git/``; and no binary text), the most
+recently changed or saved first. Each is cut into chunks of
 ``CHUNK_LINES`` lines every ``CHUNK_STRIDE`` lines, after the history's secret filter
 (:func:`storage.secrets.redact`): a snippet is never less redacted than the history.
 The chunks most similar to the lines around the cursor (Jaccard similarity of their
@@ -22,9 +25,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
+from storage.indexer import is_binary
 from storage.secrets import redact
+from storage.walk import IgnoreRules
 
 CHUNK_LINES = 16  # lines per chunk
 CHUNK_STRIDE = 8  # a chunk starts every this many lines (chunks overlap by half)
@@ -35,6 +40,7 @@ MIN_SIMILARITY = 0.1  # a chunk less similar to the cursor's lines is noise, not
 KEEP_SIMILARITY = 0.5  # a changed source keeps its chosen chunk if its new text is this close
 MAX_SOURCES = 16  # the most recently changed open buffers that are read
 MAX_CHUNKS = 8  # chunks in the prompt at most
+BINARY_SNIFF_CHARS = 8192  # a NUL in the first this many characters: binary, as git decides
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Words in nearly every chunk of their language: they make any two chunks look alike.
@@ -52,6 +58,27 @@ _COMMENT = {
     **dict.fromkeys(".html .htm .xml .svg .md .vue .svelte".split(), ("<!--", " -->")),
     **dict.fromkeys(".css .scss .less".split(), ("/*", " */")),
 }
+
+
+def history_rules(scope: str) -> IgnoreRules:
+    """The history's path rules for the scope rooted at ``scope`` (a directory), read now
+    from its ignore files: :func:`kept` asks them."""
+    return IgnoreRules(Path(scope))
+
+
+def kept(rules: IgnoreRules, rel: str, text: str) -> bool:
+    """Whether the history would keep the open buffer at ``rel`` (a POSIX path relative
+    to the rules' root) holding ``text``: False for a path the index never reads
+    (:meth:`storage.walk.IgnoreRules.excluded`: a credential file, an ignored file, a
+    file in an ignored folder, ``.git/``), for the root itself, and for binary text
+    (:func:`storage.indexer.is_binary`). Only a kept buffer joins the live history or
+    becomes a cross-file source: what leaves the machine never holds what the history
+    refuses to keep."""
+    if not rel or rel == "." or rel.startswith("../"):
+        return False
+    if rules.excluded(rel, False):
+        return False
+    return not is_binary(text[:BINARY_SNIFF_CHARS].encode("utf-8", "surrogatepass"))
 
 
 def header(rel: str) -> str:
@@ -118,7 +145,9 @@ class CrossFile:
 
     def update(self, uri: str, scope: str, rel: str, text: str, sha: str) -> None:
         """The open buffer ``uri`` of ``scope`` (``rel``: its path in it) holds ``text``
-        (``sha``: its digest); a changed one becomes the most recent source."""
+        (``sha``: its digest); a changed one becomes the most recent source. The caller
+        passes only buffers the history keeps (:func:`kept`), and drops (:meth:`drop`)
+        one that it no longer keeps (an ignore file changed)."""
         src = self._sources.get(uri)
         if src is not None and src.sha == sha and src.scope == scope:
             return
