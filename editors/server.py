@@ -46,9 +46,20 @@ from editors.settings import Settings, parse_settings
 log = logging.getLogger("assistd.lsp")
 
 CLIENT_POLL_S = 2.0  # how often the client's process (initialize's processId) is checked
-# One message's body at most (a didOpen of a 100 MB file fits); a longer Content-Length
-# ends the session: no editor sends it, and reading it whole would exhaust memory.
+# One message's body at most (a didOpen of a 100 MB file fits). A longer Content-Length
+# is refused before its body is read: InvalidRequest (id null: the id is in the body),
+# the body skipped unread, the session goes on; reading it whole could exhaust memory.
 MAX_MESSAGE_BYTES = 256 << 20
+# A URI's characters at most (``uri``, ``rootUri``, ... anywhere in a message's params):
+# any real path fits (PATH_MAX is 4096 bytes, three characters each percent-encoded).
+# A message holding a longer one is refused before pygls reads it (a request gets
+# InvalidParams, a notification is dropped): a 1 MiB URI took 27 s of the engine's
+# thread to resolve, which every editor of the daemon shares.
+MAX_URI_CHARS = 16384
+# A log record's message at most, in characters (its traceback too): what a client
+# sends (a URI, a method name, a parse error quoting the body) is never written whole.
+MAX_LOG_LINE_CHARS = 4000
+SKIP_CHUNK_BYTES = 1 << 20  # an over-long body is read and dropped this much at a time
 # The client went away mid-write: the end of the session, not an error.
 _GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
@@ -80,9 +91,50 @@ class _QuietProtocol(logging.Filter):
         if isinstance(exc, (JsonRpcException, asyncio.CancelledError, *_GONE)) or (
                 record.msg == "Unable to deserialize message\n%s") or (
                 record.msg == "Unable to handle message" and isinstance(exc, _NOT_JSON)):
+            if isinstance(exc, JsonRpcException):  # a client's error: one line at debug
+                record.msg, record.args = f"{record.getMessage()} ({exc})", ()
+                record.exc_info = record.exc_text = None
             return logging.getLogger("assistd").isEnabledFor(logging.DEBUG)
         return record.levelno >= logging.WARNING or logging.getLogger(
             "assistd").isEnabledFor(logging.DEBUG)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... [{len(text)} characters, cut]"
+
+
+class _CapLines(logging.Filter):
+    """No record longer than :data:`MAX_LOG_LINE_CHARS` (and a few characters saying
+    so): its long arguments are cut, keeping the message template (the rate limit's
+    key), else its whole message; a traceback is cut alike. Put on the loggers a
+    session writes through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        limit = MAX_LOG_LINE_CHARS
+        try:
+            text = record.getMessage()
+        except (TypeError, ValueError):  # bad arguments: logging reports it itself
+            return True
+        if len(text) > limit:
+            args = record.args if isinstance(record.args, tuple) else ()
+            template, cut = str(record.msg), None
+            if args and len(template) < limit // 2:
+                share = max(1, (limit - len(template)) // len(args) - 40)
+                cut = tuple(_cut(str(a), share) if len(str(a)) > share else a for a in args)
+                try:
+                    cut = cut if len(template % cut) <= limit else None
+                except (TypeError, ValueError):  # a %d given a cut text
+                    cut = None
+            if cut is not None:
+                record.args = cut
+            else:
+                record.msg, record.args = _cut(text, limit), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text and len(record.exc_text) > limit:
+            record.exc_text = _cut(record.exc_text, limit)
+        return True
 
 
 # json.loads of a body: JSONDecodeError (a ValueError), bad UTF-8, nesting past the limit.
@@ -91,6 +143,10 @@ _NOT_JSON = (json.JSONDecodeError, UnicodeDecodeError, RecursionError)
 for _name in ("pygls.protocol.json_rpc", "pygls.protocol.language_server", "pygls.server",
               "pygls.feature_manager"):
     logging.getLogger(_name).addFilter(_QuietProtocol())
+for _name in ("assistd.lsp", "assistd.daemon", "pygls.protocol.json_rpc",
+              "pygls.protocol.language_server", "pygls.server", "pygls.feature_manager",
+              "pygls.io_", "pygls.workspace.workspace", "pygls.workspace.text_document"):
+    logging.getLogger(_name).addFilter(_CapLines())
 
 ACCEPTED = "assistd.accepted"
 STATS = "assistd.stats"
@@ -109,12 +165,16 @@ class _Writer:
 
     def __init__(self, writer, on_gone):
         self._writer, self._on_gone, self.gone = writer, on_gone, False
+        # The reader's thread answers an over-long message (_BoundedInput) while the
+        # event loop may be writing: one message at a time, never interleaved.
+        self._lock = threading.Lock()
 
     def write(self, data: bytes) -> None:
         if self.gone:
             return
         try:
-            self._writer.write(data)
+            with self._lock:
+                self._writer.write(data)
         except (*_GONE, ValueError) as e:  # ValueError: the stream is closed already
             self.gone = True
             log.debug("the client closed the connection before reading (%s): ending",
@@ -130,22 +190,35 @@ class _Writer:
 
 class _BoundedInput:
     """stdin as pygls reads it (``readline`` for headers, ``read(n)`` for a body), except
-    that a body past :data:`MAX_MESSAGE_BYTES` is not read: one warning, and the input
-    ends there (pygls read it whole and died with a MemoryError traceback)."""
+    that a body past :data:`MAX_MESSAGE_BYTES` is refused before it is read: one warning,
+    ``refuse(n)`` (the server answers InvalidRequest at once), the body read and dropped
+    a chunk at a time, and pygls given ``{}`` with :attr:`skipped` set, which the
+    protocol drops (pygls read a body whole, and died with a MemoryError traceback)."""
 
-    def __init__(self, raw):
-        self.raw, self.ended = raw, False
+    def __init__(self, raw, refuse=None):
+        self.raw, self.ended, self.skipped, self._refuse = raw, False, False, refuse
 
     def readline(self) -> bytes:
         return b"" if self.ended else self.raw.readline()
 
     def read(self, n: int = -1) -> bytes:
-        if n is not None and n > MAX_MESSAGE_BYTES:
-            log.warning("a message of %d bytes (Content-Length) is past the %d-byte limit:"
-                        " ending the session", n, MAX_MESSAGE_BYTES)
-            self.ended = True
+        if self.ended:
             return b""
-        return b"" if self.ended else self.raw.read(n)
+        if n is None or n <= MAX_MESSAGE_BYTES:
+            return self.raw.read(n)
+        log.warning("a message of %d bytes (Content-Length) is past the %d-byte limit:"
+                    " refused unread", n, MAX_MESSAGE_BYTES)
+        if self._refuse is not None:
+            self._refuse(n)
+        left = n
+        while left > 0:
+            chunk = self.raw.read(min(left, SKIP_CHUNK_BYTES))
+            if not chunk:  # the client ended before its body did
+                self.ended = True
+                return b""
+            left -= len(chunk)
+        self.skipped = True
+        return b"{}"
 
 
 class _Protocol(LanguageServerProtocol):
@@ -166,6 +239,10 @@ class _Protocol(LanguageServerProtocol):
         super().set_writer(_Writer(writer, self._server.stop), include_headers)
 
     def handle_message(self, message):
+        skipped = getattr(self._server, "_input", None)
+        if message == {} and skipped is not None and skipped.skipped:
+            skipped.skipped = False  # an over-long body, answered when its header came
+            return
         if not hasattr(message, "jsonrpc"):  # JSON that is no JSON-RPC message: {}, [], 42
             log.warning("a message that is not JSON-RPC (%s): answered InvalidRequest",
                         type(message).__name__)
@@ -194,6 +271,16 @@ class _Protocol(LanguageServerProtocol):
         log.debug("refused %s: %s", method, refusal)
 
     def structure_message(self, data):
+        if isinstance(data, dict) and "jsonrpc" in data and "method" in data:
+            n = _long_uri(data.get("params"))
+            if n is not None:  # refused before pygls structures (and resolves) it
+                method = str(data["method"])[:100]
+                error = JsonRpcInvalidParams(
+                    f"{method}: a URI of {n} characters is past the limit of {MAX_URI_CHARS}"
+                    " (MAX_URI_CHARS); refused unread")
+                if data.get("id") is not None:
+                    self._send_response(data["id"], error=error.to_response_error())
+                raise error  # logged in one line by report_server_error
         try:
             return super().structure_message(data)
         except JsonRpcException:
@@ -201,6 +288,25 @@ class _Protocol(LanguageServerProtocol):
                 self._send_response(data["id"], error=JsonRpcInvalidParams(
                     f"invalid params for {data['method']}").to_response_error())
             raise
+
+
+def _long_uri(params) -> int | None:
+    """The length of the first string in ``params`` (a message's, as JSON decoded it)
+    under a key naming a URI (``uri``, ``rootUri``, ``targetUri``..., and ``rootPath``)
+    that is longer than :data:`MAX_URI_CHARS`; None when there is none."""
+    stack = [params]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, list) else ()
+        for key, value in items:
+            if isinstance(value, str):
+                if len(value) > MAX_URI_CHARS and isinstance(key, str) and (
+                        key.lower().endswith("uri") or key == "rootPath"):
+                    return len(value)
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+    return None
 
 
 def _strict_int(value, type_):
@@ -258,6 +364,7 @@ class AssistdServer(LanguageServer):
         self._status: tuple[str, str] | None = None  # (state, message) last sent
         self._initialized = False  # notifications may go out (initialize answered)
         self._growing: threading.Event | None = None  # set: the background growth stops
+        self._input: _BoundedInput | None = None  # what start_io reads
 
     async def run(self, fn, *args):
         """Run ``fn(*args)`` on the engine thread without blocking the event loop."""
@@ -293,11 +400,19 @@ class AssistdServer(LanguageServer):
     def start_io(self, stdin=None, stdout=None) -> None:
         """pygls's; returns (instead of raising CancelledError) when :meth:`stop` ended
         the read loop."""
+        self._input = _BoundedInput(stdin or sys.stdin.buffer, self._refuse_message)
         try:
-            super().start_io(_BoundedInput(stdin or sys.stdin.buffer), stdout)
+            super().start_io(self._input, stdout)
         except asyncio.CancelledError:
             if not self._stopped:
                 raise
+
+    def _refuse_message(self, n: int) -> None:
+        """Answer a message of ``n`` bytes, past :data:`MAX_MESSAGE_BYTES`, before its
+        body is read (on the reader's thread: the writer takes one message at a time)."""
+        self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": f"Invalid Request: a message of {n} bytes is past the"
+            f" {MAX_MESSAGE_BYTES}-byte limit (MAX_MESSAGE_BYTES); refused unread"}})
 
     def shutdown(self) -> None:
         """pygls's, without waiting for its reader thread (blocked on a client that may

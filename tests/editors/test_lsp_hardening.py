@@ -185,7 +185,8 @@ def test_json_that_is_no_message_and_a_huge_length_get_no_traceback(tmp_path):
     """A break-it pass: ``{}``, ``[]`` and ``42`` (JSON, but no JSON-RPC message) logged
     an AttributeError traceback each; a Content-Length of 99,999,999,999 ended the
     server with a MemoryError traceback. Now: InvalidRequest (-32600, id null) each, and
-    the session goes on; a body past the limit ends the session with one warning."""
+    the session goes on; a body past the limit is refused unread with one warning (and
+    the input ending inside it ends the session)."""
     env = {**os.environ, "ASSISTD_DB": str(tmp_path / "h.db")}
     cmd = [sys.executable, "-m", "assistd", "lsp", "--no-daemon"]
     stdin = b"".join([_frame(x) for x in ({}, [], 42)] + [
@@ -200,7 +201,7 @@ def test_json_that_is_no_message_and_a_huge_length_get_no_traceback(tmp_path):
     r = subprocess.run(cmd, input=b"Content-Length: 99999999999\r\n\r\n{}",
                        capture_output=True, timeout=300, env=env)
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-3000:]
-    assert b"past the 268435456-byte limit: ending the session" in r.stderr
+    assert b"past the 268435456-byte limit: refused unread" in r.stderr
 
 
 def test_the_server_structures_lsp_types_strictly():
