@@ -7,7 +7,8 @@ skipped and counted; non-UTF-8 text is decoded with replacement characters and
 counted; a file that vanishes or cannot be read mid-index is counted, not fatal.
 A file is read through :func:`storage.walk.open_checked`: one swapped for a FIFO, a
 symbolic link or a path out of the repository since the walk listed it is refused and
-counted by reason (``IndexReport.refused``), never waited on or stored.
+counted by reason (``IndexReport.refused``), never waited on or stored. A FIFO, socket
+or device the walk finds (not ignored) is counted there too (``NOT_REGULAR``), unread.
 Secrets are redacted (:mod:`storage.secrets`) before the text is stored or tokenized.
 """
 
@@ -85,6 +86,36 @@ def is_binary(data: bytes) -> bool:
     return b"\0" in data[:BINARY_SNIFF_BYTES]
 
 
+class _CountingRules(IgnoreRules):
+    """The walk's ignore rules, which also count, in each directory a walk loads (as
+    :func:`storage.walk.iter_files` does when it descends), the entries that are not
+    ignored and are neither regular files, directories nor links (a FIFO, a socket, a
+    device): the walk skips them unread, ``report`` counts them (``NOT_REGULAR``).
+    ``report`` None: nothing is counted (a watcher's check of one path)."""
+
+    def __init__(self, root: Path, report: IndexReport | None = None):
+        self.report = report
+        super().__init__(root)
+
+    def load_dir(self, rel_dir: str) -> None:
+        super().load_dir(rel_dir)
+        if self.report is None:
+            return
+        try:
+            entries = list(os.scandir(self.root / rel_dir if rel_dir else self.root))
+        except OSError:  # vanished or unreadable: the walk skips it too
+            return
+        for e in entries:
+            try:  # the type readdir gave: no stat, never an open
+                special = not (e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False)
+                               or e.is_symlink())
+            except OSError:
+                continue
+            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
+            if special and not self.ignored(rel, False):
+                self.report.refuse(rel, NOT_REGULAR)
+
+
 class RepoIndexer:
     """Keeps one repository's documents in the history current for one tokenizer.
 
@@ -104,15 +135,16 @@ class RepoIndexer:
         self.fingerprint = fingerprint
         self.max_bytes = max_bytes
         self.recursive = recursive
-        self.rules = IgnoreRules(self.root)
+        self.rules = _CountingRules(self.root)
 
     def scan(self, progress: Callable[[int, int], None] | None = None) -> IndexReport:
         """Bring every document of the repository up to date; forget deleted files.
 
         ``progress(done, total)`` is called after each file (for a progress bar).
         """
-        self.rules = IgnoreRules(self.root)  # ignore files may have changed since
         report = IndexReport(scope=self.scope)
+        # Ignore files may have changed since; the rules count what the walk skips.
+        self.rules = _CountingRules(self.root, report)
         known = self.store.documents(self.scope)
         tokenized = self.store.tokenized_ids(self.scope, self.fingerprint)
         files = list(iter_files(self.root, self.recursive, self.rules))
@@ -122,6 +154,7 @@ class RepoIndexer:
                 seen.add(rel)
             if progress is not None:
                 progress(n, len(files))
+        self.rules.report = None  # later checks of one path (update) count nothing here
         gone = [doc.id for rel, doc in known.items() if rel not in seen]
         report.removed = self.store.remove_documents(gone)
         report.documents = len(seen)
@@ -162,15 +195,23 @@ class RepoIndexer:
             if mode is not None and stat.S_ISDIR(mode) and not self.rules.excluded(rel, True):
                 walked.append(rel)
                 present = set()
-                for frel, ffull in iter_files(self.root, self.recursive, self.rules, under=rel):
-                    if self._index_file(frel, ffull, known.get(frel), tokenized, report):
-                        present.add(frel)
+                self.rules.report = report  # the FIFOs of the folders this walk loads
+                try:
+                    for frel, ffull in iter_files(self.root, self.recursive, self.rules,
+                                                  under=rel):
+                        if self._index_file(frel, ffull, known.get(frel), tokenized, report):
+                            present.add(frel)
+                finally:
+                    self.rules.report = None
                 gone.update(d.id for d in under if d.path not in present)
             elif (mode is not None and stat.S_ISREG(mode)
                   and not self.rules.excluded(rel, False)):
                 if not self._index_file(rel, full, known.get(rel), tokenized, report):
                     gone.update(d.id for d in under)
-            else:  # deleted, moved away, ignored, a symlink or a FIFO (as the walk: silently)
+            else:  # deleted, moved away, ignored, a symlink, or a FIFO (counted, unread)
+                if (mode is not None and not stat.S_ISLNK(mode) and not stat.S_ISDIR(mode)
+                        and not stat.S_ISREG(mode) and not self.rules.excluded(rel, False)):
+                    report.refuse(rel, NOT_REGULAR)
                 gone.update(d.id for d in under)
         report.removed = self.store.remove_documents(sorted(gone))
         report.documents = self.store.db.execute(

@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import Callable
@@ -82,8 +83,8 @@ class TranscriptReport:
     records_put: int = 0  # records created or changed
     records_removed: int = 0
     tokens: int = 0
-    skipped_malformed: int = 0
-    skipped_too_deep: int = 0  # of the malformed: JSON nested past MAX_JSON_DEPTH
+    skipped_malformed: int = 0  # lines/entries not JSON or not the format's shape
+    skipped_too_deep: int = 0  # JSON nested past MAX_JSON_DEPTH (not in skipped_malformed)
     skipped_unknown: int = 0
     skipped_duplicate: int = 0
     dropped_blobs: int = 0
@@ -94,7 +95,9 @@ class TranscriptReport:
     # Files read only in part, their records up to the cut kept (a .zst line format
     # decompressing past MAX_WHOLE_BYTES), by reason -> count.
     truncated: dict[str, int] = field(default_factory=dict)
-    decoded_with_replacement: int = 0  # lines (whole-JSON: files) not valid UTF-8
+    # Lines (whole-JSON: files) read with U+FFFD: not valid UTF-8, or holding a JSON
+    # escape of a lone surrogate ("\ud800"), which is stored as U+FFFD.
+    decoded_with_replacement: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -115,6 +118,45 @@ class TranscriptReport:
     def refuse(self, path, reason: str) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + 1
         log.debug("refused %s: %s", path, reason)
+
+
+# A JSON escape of a UTF-16 surrogate: the backslashes before it (odd: an escape), the
+# hex digit that tells a high one (8-b) from a low one (c-f).
+_SURROGATE_ESCAPE = re.compile(rb"(\\+)u[dD]([89a-fA-F])[0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(data: bytes) -> bool:
+    """Whether the JSON text ``data`` escapes a lone surrogate (``"\\ud800"``, not part of
+    a high-low pair): json.loads gives one, which the parsers store as U+FFFD.
+
+    >>> _lone_surrogate(rb'"\\ud800"'), _lone_surrogate(rb'"\\ud83d\\ude00"')
+    (True, False)
+    >>> _lone_surrogate(rb'"\\\\ud800"'), _lone_surrogate(rb'"\\ude00 \\ud83d"')
+    (False, True)
+    """
+    if b"\\u" not in data:
+        return False
+    found = [m for m in _SURROGATE_ESCAPE.finditer(data) if len(m.group(1)) % 2]
+    i = 0
+    while i < len(found):
+        m = found[i]
+        nxt = found[i + 1] if i + 1 < len(found) else None
+        if (m.group(2) in b"89abAB" and nxt is not None and nxt.start() == m.end()
+                and len(nxt.group(1)) == 1 and nxt.group(2) in b"cdefCDEF"):
+            i += 2  # a pair: one character
+            continue
+        return True
+    return False
+
+
+def _feed(parser: LineParser, line: bytes) -> list:
+    """``parser.feed_line(line)``, a line escaping a lone surrogate counted as read with
+    replacement (once: a line that is not UTF-8 already counted itself)."""
+    before = parser.stats.decoded_with_replacement
+    ops = parser.feed_line(line)
+    if parser.stats.decoded_with_replacement == before and _lone_surrogate(line):
+        parser.stats.decoded_with_replacement += 1
+    return ops
 
 
 def _sha(data: bytes) -> str:
@@ -215,7 +257,10 @@ class TranscriptIngester:
                 report.skipped_large += 1  # cut short it would not parse
                 log.info("skipped %s: over %d bytes", path, MAX_WHOLE_BYTES)
                 return
+            before = parser.stats.decoded_with_replacement
             ops, size, head = parser.parse(data), len(data), data[:HEAD_BYTES]
+            if parser.stats.decoded_with_replacement == before and _lone_surrogate(data):
+                parser.stats.decoded_with_replacement += 1  # once per document, as bad UTF-8
             del data
         else:  # a compressed line format: streamed line by line into a fresh parser
             ops, size, head = self._feed_stream(path, f, parser, report)
@@ -249,7 +294,7 @@ class TranscriptIngester:
             start = 0
             while (end := chunk.find(b"\n", start)) >= 0:
                 if not skipping:
-                    ops.extend(parser.feed_line(bytes(pending) + chunk[start:end]))
+                    ops.extend(_feed(parser, bytes(pending) + chunk[start:end]))
                 pending.clear()
                 skipping, start = False, end + 1
             if not skipping:
@@ -262,7 +307,7 @@ class TranscriptIngester:
                 report.truncate(path, OVER_WHOLE)
                 return ops, total, head  # the cut last line is not fed: it is incomplete
         if pending and not skipping:
-            ops.extend(parser.feed_line(bytes(pending)))
+            ops.extend(_feed(parser, bytes(pending)))
         return ops, total, head
 
     # -- appended files ---------------------------------------------------------
@@ -311,7 +356,7 @@ class TranscriptIngester:
                     reset = False
                 ops = []
                 for line in lines:  # blank lines too: aider replies have paragraphs
-                    ops.extend(parser.feed_line(line))
+                    ops.extend(_feed(parser, line))
                 stored = self.store.transcript_records(source)
                 records = self._apply(ops, stored, source)
                 self._write_records(source, records, stored, fallback, report, force=True)
@@ -425,9 +470,11 @@ class TranscriptIngester:
         for name in ("skipped_malformed", "skipped_unknown", "skipped_duplicate",
                      "dropped_blobs"):
             now = getattr(parser.stats, name)
+            if name == "skipped_malformed":  # the parsers count too deep as malformed too:
+                now -= parser.stats.skipped_too_deep  # each line is counted once here
             counters[name] = (base.get(name) or 0) + now
             setattr(report, name, now)
-        report.skipped_too_deep = parser.stats.skipped_too_deep  # in skipped_malformed
+        report.skipped_too_deep = parser.stats.skipped_too_deep
         report.decoded_with_replacement = parser.stats.decoded_with_replacement
         records = self.store.db.execute(
             "select count(*) from documents where source = ? and source_kind = 'transcript'",

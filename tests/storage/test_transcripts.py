@@ -581,4 +581,7 @@ def test_poison_lines_lose_no_good_record_of_their_file(tmp_path, store):
     texts = sorted(r[0] for r in store.db.execute(
         "select text from documents where source = ?", [str(path)]).fetchall())
     assert texts == sorted([f"good answer {i}" for i in range(3)] + ["lone \ufffd surrogate"])
-    assert report.skipped_malformed == 2 and report.files == 1
+    # The deep line is counted once (too deep, not also malformed); the surrogate line
+    # as read with replacement.
+    assert (report.skipped_malformed, report.skipped_too_deep) == (1, 1) and report.files == 1
+    assert report.decoded_with_replacement == 1

@@ -1,0 +1,101 @@
+"""Issue 34 (hardening), class 7: what indexing skips or changes is counted, each thing
+once. A break-it pass found a FIFO inside a repository skipped without being counted, a
+lone surrogate stored as U+FFFD not counted as ``decoded_with_replacement``, and one
+line nested too deep counted both as malformed and as too deep.
+
+Real FIFOs (``os.mkfifo``), real transcript files, a real SQLite history."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from storage.indexer import RepoIndexer, index_repository
+from storage.ingest import TranscriptIngester
+from storage.walk import NOT_REGULAR
+from tests.conftest import make_repo
+
+pytestmark = pytest.mark.timeout(120)  # a FIFO opened for reading would block: a backstop
+
+FP = "bytes-v1"
+DEEP = 100_000
+
+
+def tok(text):
+    return list(text.encode("utf-8"))
+
+
+def texts(store, source):
+    return sorted(t for (t,) in store.db.execute(
+        "select text from documents where source = ?", [str(source)]))
+
+
+def test_a_fifo_inside_a_repository_is_counted_not_read(store, tmp_path):
+    repo = make_repo(tmp_path / "r", {"a.py": "x = 1\n", "sub/b.py": "y = 2\n",
+                                      ".gitignore": "ignored/\n"})
+    os.mkfifo(repo / "pipe")
+    os.mkfifo(repo / "sub" / "fifo.py")
+    (repo / "ignored").mkdir()
+    os.mkfifo(repo / "ignored" / "pipe")  # an ignored folder is not walked: not counted
+    os.mkfifo(repo / ".git" / "pipe")
+    report = index_repository(store, repo, tok, FP)
+    assert report.refused == {NOT_REGULAR: 2}
+    assert report.documents == 3  # a.py, sub/b.py, .gitignore
+    indexer = RepoIndexer(store, repo, tok, FP)
+    indexer.scan()
+    os.mkfifo(repo / "later")  # a watcher's event names it
+    assert indexer.update(["later"]).refused == {NOT_REGULAR: 1}
+    (repo / "new").mkdir()
+    os.mkfifo(repo / "new" / "pipe")  # a folder moved in, a FIFO inside
+    assert indexer.update(["new"]).refused == {NOT_REGULAR: 1}
+    assert index_repository(store, repo, tok, FP, recursive=False).refused == {NOT_REGULAR: 2}
+
+
+def test_a_lone_surrogate_stored_as_replacement_is_counted(store, tmp_path):
+    """JSON's ``"\\ud800"`` is valid UTF-8 text but decodes to a lone surrogate, which is
+    stored as U+FFFD: that line is read with replacement, as invalid UTF-8 is."""
+    lines = [json.dumps({"role": "assistant", "content": "fine"}).encode(),
+             b'{"role": "assistant", "content": "lone \\ud800 high"}',
+             b'{"role": "assistant", "content": "lone \\udfff low"}',
+             b'{"role": "assistant", "content": "a pair \\ud83d\\ude00 is no replacement"}',
+             b'{"role": "assistant", "content": "an escaped backslash \\\\ud800 is text"}',
+             b'{"role": "assistant", "content": "bad \xff byte"}']
+    path = tmp_path / "chat.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    report = TranscriptIngester(store, tok, FP).ingest(path)
+    stored = texts(store, path)
+    assert "lone \ufffd high" in stored and "lone \ufffd low" in stored
+    assert "a pair \U0001F600 is no replacement" in stored
+    assert "an escaped backslash \\ud800 is text" in stored
+    assert report.decoded_with_replacement == 3  # two surrogates, one bad byte
+    # Appended later: the next pass counts only its own lines.
+    with open(path, "a") as f:
+        f.write('{"role": "assistant", "content": "again \\udc00"}\n')
+    assert TranscriptIngester(store, tok, FP).ingest(path).decoded_with_replacement == 1
+
+
+def test_a_lone_surrogate_in_a_whole_json_transcript_is_counted(store, tmp_path):
+    path = tmp_path / "session-1.json"  # a Gemini CLI session: one JSON document
+    doc = {"sessionId": "s", "projectHash": "h", "messages": [
+        {"id": "1", "type": "gemini", "content": "lone \ud800 in a document"},
+        {"id": "2", "type": "gemini", "content": "fine"}]}
+    path.write_text(json.dumps(doc))  # json.dumps escapes the surrogate: valid UTF-8
+    report = TranscriptIngester(store, tok, FP).ingest(path)
+    assert report.files == 1 and "lone \ufffd in a document" in texts(store, path)
+    assert report.decoded_with_replacement == 1
+
+
+def test_a_line_nested_too_deep_is_counted_once(store, tmp_path):
+    path = tmp_path / "chat.jsonl"
+    deep = '{"role": "assistant", "content": ' + "[" * DEEP + "]" * DEEP + "}"
+    path.write_text("\n".join([json.dumps({"role": "assistant", "content": "kept"}), deep,
+                               '{"role": "assistant", "content": ', "[" * DEEP, "7"]) + "\n")
+    report = TranscriptIngester(store, tok, FP).ingest(path)
+    assert texts(store, path) == ["kept"]
+    # Two too deep, two malformed (cut JSON, a number): four lines, each counted once.
+    assert (report.skipped_too_deep, report.skipped_malformed) == (2, 2)
+    row = store.db.execute("select skipped_malformed from transcripts where path = ?",
+                           [str(path)]).fetchone()
+    assert row[0] == 2  # the stored counter agrees
