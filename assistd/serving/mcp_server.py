@@ -8,7 +8,11 @@ Tools (names and arguments as the agent sees them):
   continue a given text.
 - ``acceptance_stats(scope=None, full=False)``: what the tuner has measured (coverage,
   draft acceptance rate, mean acceptance length per language and proposer) and the
-  users' acceptance of editor suggestions.
+  users' acceptance of editor suggestions. It names no scope the agent did not name
+  itself: the history holds every repository the user works in, and one agent's
+  project is not told the others' paths. Without ``scope`` the figures cover all
+  scopes and say how many (``scope_count``); a ``scope`` with no data is an error
+  that lists no other scope.
 
 Every call first looks for the daemon (``assistd serve``, :func:`assistd.serving.client.find_daemon`;
 a few ms), so a daemon started after this server is used from its next call. Without
@@ -42,6 +46,7 @@ log = logging.getLogger("assistd.mcp")
 MAX_TOKENS_LIMIT = 1024  # the most tokens one tool call may ask for
 MAX_PROMPT_TOKENS = 1024  # the tail of the prompt the Target sees, in tokens
 MAX_STOPS = 4
+NO_ROWS = "no ledger rows for scope"  # assistd.runtime.stats' error for a scope without data
 LANGUAGE_RE = re.compile(r"[A-Za-z0-9_.+#-]{1,64}")
 
 SERVER_INSTRUCTIONS = """\
@@ -155,18 +160,21 @@ _STATS_KEYS = ("language", "proposer", "target", "steps", "rounds", "draft_token
 
 def stats_result(ledger: dict, user_acceptance: dict, *, daemon: bool, full: bool) -> dict:
     """The ``acceptance_stats`` result from a :func:`assistd.runtime.stats.stats_report` report
-    and a :meth:`storage.suggestions.SuggestionStore.summary`.
+    and a :meth:`storage.suggestions.SuggestionStore.summary`. The report's ``scopes``
+    (every repository's path) become ``scope_count``: an agent is told no scope it did
+    not name (``scope`` is the one it asked for, or None).
 
-    >>> stats_result({"db": "h.db", "scope": None, "scopes": ["/r"], "entries": [
+    >>> r = stats_result({"db": "h.db", "scope": None, "scopes": ["/r", "/s"], "entries": [
     ...     {"language": "python", "proposer": "suffix", "rounds": 3, "cost_model": {}}]},
-    ...     {}, daemon=False, full=False)["entries"]
-    [{'language': 'python', 'proposer': 'suffix', 'rounds': 3}]
+    ...     {}, daemon=False, full=False)
+    >>> r["entries"], r["scope_count"], "scopes" in r
+    ([{'language': 'python', 'proposer': 'suffix', 'rounds': 3}], 2, False)
     """
     entries = ledger.get("entries") or []
     if not full:
         entries = [{k: e[k] for k in _STATS_KEYS if k in e} for e in entries]
     return {"daemon": daemon, "db": ledger.get("db"), "scope": ledger.get("scope"),
-            "scopes": ledger.get("scopes") or [], "entries": entries,
+            "scope_count": len(ledger.get("scopes") or []), "entries": entries,
             "user_acceptance": user_acceptance}
 
 
@@ -291,11 +299,20 @@ class Assistant:
         return out
 
     async def stats(self, scope: str | None, full: bool) -> dict:
+        """:func:`stats_result` of the daemon's ledger, else this process's. Raises
+        InputError for a ``scope`` without data, naming no other scope (the report's
+        error lists the scopes that have data)."""
         params = {"scope": scope} if scope is not None else {}
-        out = await self._via_daemon(lambda c: c.get("/v1/assistd/stats", **params))
-        daemon = out is not None
-        if out is None:
-            out = await self.engine.run(self.engine.stats, scope)
+        try:
+            out = await self._via_daemon(lambda c: c.get("/v1/assistd/stats", **params))
+            daemon = out is not None
+            if out is None:
+                out = await self.engine.run(self.engine.stats, scope)
+        except AssistdError as e:
+            if NO_ROWS in str(e):
+                raise InputError(f"{NO_ROWS} {scope!r}; omit scope for the figures over"
+                                 " every scope") from None
+            raise
         return stats_result(out["ledger"], out.get("user_acceptance") or {}, daemon=daemon,
                             full=full)
 
@@ -468,7 +485,8 @@ def build_server(assistant: Assistant, target: tuple[str, bool] = ("a small loca
     async def acceptance_stats(
         scope: Annotated[str | None, Field(description=(
             "Only this history scope: a repository root (or a path that resolves to one);"
-            " \"\" for completions made outside any repository. Omit for all."))] = None,
+            " \"\" for completions made outside any repository. Omit for all (their"
+            " paths are not listed: scope_count says how many)."))] = None,
         full: Annotated[bool, Field(description=(
             "Also per-position acceptance, expected speedup by draft ceiling k and the"
             " cost model (long)."))] = False,
