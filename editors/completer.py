@@ -27,7 +27,7 @@ from assistd.runtime.runtime import LOADING, Runtime
 from editors import crossfile, prompting
 from editors.crossfile import CrossFile
 from editors.settings import Settings
-from storage.suggestions import Served
+from storage.suggestions import Served, line_context
 
 log = logging.getLogger("assistd.lsp")
 
@@ -418,9 +418,12 @@ class Completer:
         replace, text = prompting.fit(prompting.postprocess(gen.text, pctx), ctx)
         sid = uuid.uuid4().hex[:16]
         lf = text.replace(ctx.eol, "\n") if ctx.eol != "\n" else text
+        # The lines the suggestion completes go with it (never stored): a value is told a
+        # secret by the line it completes (`password = "` + the suggestion).
+        before, after = line_context(ctx.prefix, ctx.suffix)
         served = Served(id=sid, scope=scope, path=self._rel(req.uri, scope),
                         language_id=req.language, proposer=name,
-                        target=self.tuner.target, text=text)
+                        target=self.tuner.target, text=text, before=before, after=after)
         if text:
             self._remember(served, (req.uri, place))
         if text and not replace:  # typing cannot go through a text that replaces indentation

@@ -160,6 +160,28 @@ def test_open_buffers_are_live_history_and_leave_on_close(completer, tmp_path):
     assert "buffer:b.py" not in {n for n, _ in completer.index.documents(scope).values()}
 
 
+def test_an_accepted_suggestion_is_stored_as_its_line_redacts_it(completer, tmp_path):
+    """The completer hands the lines a suggestion completes to the suggestion store, so a
+    value is judged with the assignment it completes (`db4_password = "` + the suggestion),
+    not alone; what is stored is the suggestion's own stretch of the redacted line."""
+    from storage.suggestions import line_context, redact_in_context
+
+    text = 'import os\n\n\ndef connect():\n    db4_password = "'
+    repo = make_repo(tmp_path / "r", {"db.py": text + '"\n'})
+    req = Request(uri=(repo / "db.py").as_uri(), text=text + '"\n', offset=len(text),
+                  language="python")
+    s = completer.complete(req)
+    assert s.text.strip(), "the Target suggested nothing here"
+    served = completer._pending[s.id]
+    assert (served.before, served.after) == line_context(text, '"\n')
+    assert served.before.endswith('db4_password = "') and served.after == '"'
+    assert completer.event(s.id, "accepted")
+    expected, _ = redact_in_context(served.before, served.text, served.after)
+    stored = [t for (t,) in completer.store.db.execute(
+        "select text from documents where source_kind = 'generated'")]
+    assert stored == ([] if expected is None else [expected]), (served.text, stored)
+
+
 def test_cancelled_request_stops_before_generating(completer, tmp_path):
     req = Request(uri=(tmp_path / "c.py").as_uri(), text="import os\n", offset=10,
                   language="python")
