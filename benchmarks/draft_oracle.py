@@ -19,21 +19,28 @@ whose t(n) it took. Read its arms against each other, not against the bench.
 
 Arms, each on the same steps:
 
-- ``suffix``: the proposer as a completion runs it (its cost model is the t(n) above);
+- ``suffix``: the proposer with its defaults and its cost cut priced by the t(n) above,
+  at a ceiling of 16 tokens (no tuner: a completion's ``--k auto`` may cap it lower);
 - ``suffix, no cost cut``: the same candidates, every draft verified in full
   (SuffixDecoding's own floors only);
-- ``oracle cut``: the uncut candidate of ``alpha=4``, cut at its first wrong token (a
-  draft only where its first token is right): the best any stopping rule could do with
-  these candidates. The gap between ``suffix`` and this arm is the stopping rule's; what
-  this arm leaves is coverage (steps where no candidate holds the Target's next token).
+- ``oracle cut``: suffix's longest candidate (``alpha=4``, no probability floor), cut at
+  its first wrong token (a draft only where its first token is right): the best any
+  stopping rule could do. The gap between ``suffix`` and this arm is its stopping rule's
+  and its caps' (draft cap and floor); what this arm leaves is coverage (steps where no
+  candidate holds the Target's next token).
 
-Per arm: modeled speedup, coverage (rounds / steps), acceptance rate, mean accepted
-tokens per round.
+Per arm: modeled speedup, coverage (rounds / steps), acceptance rate, and accepted
+draft tokens per round (the Target's own token not counted: `assistd bench`'s mean
+acceptance length is 1 + this). With ``--t-ms`` every ``--workload`` needs a workload of
+the same name in that file; a t(n) that falls by more than 10% from one size to the next
+(the machine's speed moved under that run) is refused, a smaller dip raised to the
+running maximum.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -47,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from assistd.decoding.engine import generate  # noqa: E402
 from assistd.ground.costmodel import CostModel  # noqa: E402
+from assistd.ground.errors import InputError, ModelError  # noqa: E402
 from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS  # noqa: E402
 from assistd.measure.bench import index_width  # noqa: E402
 from assistd.measure.bench_workloads import build_workload  # noqa: E402
@@ -97,8 +105,48 @@ def walk(cases, index: HistoryIndex, propose, cut, t_ms) -> dict:
             "accepted_per_round": hits / rounds if rounds else None}
 
 
+def bench_t_ms(path: Path) -> tuple[dict[str, CostModel], list[str]]:
+    """Each workload's measured t(n) in an `assistd bench --json` file, and that run's
+    warnings. Raises :class:`InputError` for a file that is not such a report, or a t(n)
+    that falls somewhere (t(n + 1) < t(n) by more than 10%: a run the machine's speed moved
+    under; a smaller dip, measurement noise, is raised to the running maximum).
+
+    >>> import tempfile, os
+    >>> f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    >>> _ = f.write(json.dumps({"workloads": [{"name": "agent",
+    ...     "t_ms": {"1": 60.6, "2": 33.8}}]})); f.close()
+    >>> try:
+    ...     bench_t_ms(Path(f.name))
+    ... except InputError as e:
+    ...     print(str(e).split(": ")[2])
+    t(2) = 33.8 ms < t(1) = 60.6 ms
+    >>> os.unlink(f.name)
+    """
+    try:
+        report = json.loads(path.read_text())
+        workloads = report["workloads"]
+        out = {}
+        for w in workloads:
+            ns = sorted(int(n) for n in w["t_ms"])
+            ms = [float(w["t_ms"][str(n)]) for n in ns]
+            for a, b, x, y in zip(ns, ns[1:], ms, ms[1:]):
+                if y < 0.9 * x:
+                    raise InputError(
+                        f"--t-ms {path}: workload {w['name']}: t({b}) = {y:.1f} ms < t({a}) ="
+                        f" {x:.1f} ms: the machine's speed moved under that run; rerun the bench")
+            top = np.maximum.accumulate(ms).tolist()  # noise: t(4) a little under t(3)
+            out[w["name"]] = CostModel(dict(zip(ns, top)), source=f"bench {w['name']}")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        if isinstance(e, InputError):
+            raise
+        raise InputError(f"--t-ms {path}: not an `assistd bench --json` report"
+                         f" ({type(e).__name__}: {e})") from None
+    return out, [str(x) for x in report.get("warnings", [])]
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", action="append", required=True,
                     help="NAME=PATH as `assistd bench --workload` takes it; repeat")
     ap.add_argument("--cases", type=int, default=6)
@@ -106,22 +154,39 @@ def main() -> None:
     ap.add_argument("--max-prompt-tokens", type=int, default=1536)
     ap.add_argument("--numerics", choices=NUMERICS, default=DEFAULT_NUMERICS)
     ap.add_argument("--t-ms", type=Path, default=None,
-                    help="an `assistd bench --json` file: its workloads' measured t_ms")
+                    help="an `assistd bench --json` file: the t_ms of its workloads of the"
+                         " same names (every --workload must have one)")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here too")
     args = ap.parse_args()
+    try:
+        run(args)
+    except (InputError, ModelError) as e:
+        sys.exit(f"error: {e}")
 
-    target = open_target(None, backend="llama", n_ctx=2048, numerics=args.numerics)
-    measured = {}
+
+def run(args) -> None:
+    if args.cases < 1 or args.max_tokens < 1 or args.max_prompt_tokens < 16:
+        raise InputError("--cases and --max-tokens must be at least 1, --max-prompt-tokens 16")
+    if args.json is not None:
+        try:  # before the run, not after it
+            args.json.touch()
+        except OSError as e:
+            raise InputError(f"--json {args.json}: {e.strerror}") from None
+    measured: dict[str, CostModel] = {}
     if args.t_ms is not None:
-        for w in json.loads(args.t_ms.read_text())["workloads"]:
-            ns = sorted(int(n) for n in w["t_ms"])
-            ms = np.maximum.accumulate([w["t_ms"][str(n)] for n in ns])  # noisy: t(4) < t(3)
-            measured[w["name"]] = CostModel(dict(zip(ns, ms.tolist())),
-                                            source=f"bench {w['name']}")
+        measured, warned = bench_t_ms(args.t_ms)
+        for w in warned:
+            print(f"warning: that bench run warned: {w}", file=sys.stderr)
+    target = open_target(None, backend="llama", n_ctx=2048, numerics=args.numerics)
     rows = {}
     for spec in args.workload:
         w = build_workload(target, spec, cases=args.cases, budget=args.max_prompt_tokens)
-        cost = measured.get(w.name) or CostModel.calibrate(target)
+        if args.t_ms is not None and w.name not in measured:
+            raise InputError(f"--t-ms {args.t_ms} has no workload named {w.name!r}"
+                             f" (it has {', '.join(sorted(measured)) or 'none'})")
+        cost = measured.get(w.name)
+        if cost is None:  # frozen: relabelled, since its source names the backend alone
+            cost = dataclasses.replace(CostModel.calibrate(target), source="this run's calibration")
         cases = []
         for c in w.cases:
             g = generate(target, c.prompt, None, max_tokens=args.max_tokens, k=0,
@@ -158,7 +223,7 @@ def main() -> None:
                 continue
             table.add_row(name, arm_name, f"{r['speedup']:.3f}x", fmt(r["coverage"]),
                           fmt(r["acceptance"]), fmt(r["accepted_per_round"]), arms["t(n)"])
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 140).print(table)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))
 
