@@ -215,6 +215,7 @@ def test_arms_and_their_errors():
     (["--workload", "nope"], "neither a workload"),
     (["--workload", "stdlib", "--proposer", "nope"], "unknown proposer"),
     (["--workload", "stdlib", "--k", "0"], "0 is plain decoding"),
+    (["--workload", "stdlib", "--k", "99"], "a number of tokens 1..64, not '99'"),
     (["--workload", "edit=/nonexistent"], "does not exist"),
 ])
 def test_cli_refuses_bad_settings_with_one_line(args, message):
@@ -273,9 +274,18 @@ def test_drift_is_warned_about(short_run):
     w = report["workloads"][0]
     base = next(a for a in w["arms"] if a["arm"] == w["baseline"])
     base["tokens_per_s_per_repeat"] = [100.0, 110.0]  # within DRIFT: no warning
-    assert not any("across repeats" in m for m in drift_warnings(report))
+    assert not any(m.startswith(f"{w['name']}: the baseline ran") for m in drift_warnings(report))
     base["tokens_per_s_per_repeat"] = [70.0, 104.0]
     assert any(m.startswith(f"{w['name']}: the baseline ran at 70 to 104 tokens/s")
+               for m in drift_warnings(report))
+    # A newcomer's drifted run: t(2) measured under t(1), and the ceiling built on it.
+    w["t_ms"] = {"1": 60.6, "2": 33.8, "4": 40.0}
+    assert any(m.startswith(f"{w['name']}: t(2) = 33.8 ms < t(1) = 60.6 ms") and "ceiling" in m
+               for m in drift_warnings(report))
+    # The main process's plain arm against the baseline (the same kernels for one token)
+    plain = next(a for a in w["arms"] if a["arm"] == "plain")
+    plain["speedup"] = 1.63
+    assert any(m.startswith(f"{w['name']}: plain ran at 1.63x the baseline")
                for m in drift_warnings(report))
 
 
