@@ -217,8 +217,8 @@ def _transcript_line(t) -> str:
         f"transcripts: {t.files} files read ({formats}), {t.unchanged} unchanged,"
         f" {t.unknown_format} unknown format, {t.rewritten} rewritten; records"
         f" {t.records_put} stored ({t.tokens} tokens), {t.records_removed} removed;"
-        f" skipped {t.skipped_malformed} malformed lines"
-        f" ({t.skipped_too_deep} nested too deep), {t.skipped_unknown} unknown records,"
+        f" skipped {t.skipped_malformed} malformed lines,"
+        f" {t.skipped_too_deep} nested too deep, {t.skipped_unknown} unknown records,"
         f" {t.skipped_duplicate} duplicates; {t.unparseable} files unparseable;"
         f" {t.dropped_blobs} blobs dropped; {t.skipped_large} too large;"
         f" {t.decoded_with_replacement} decoded with replacement; {t.redactions} secrets redacted"
@@ -793,7 +793,13 @@ class _BenchK(_KChoice):
     name = "auto|1-64"
 
     def convert(self, value, param, ctx):
-        v = super().convert(value, param, ctx)
+        try:
+            v = parse_k(value, what="--k")
+        except InputError:  # parse_k names 0..64; bench takes 1..64
+            v = None
+        if v is None:
+            self.fail(f"--k must be 'auto' or a number of tokens 1..64, not {value!r}", param,
+                      ctx)
         if v == 0:
             self.fail("0 is plain decoding, which every bench runs anyway; pick 1-64 or auto",
                       param, ctx)
