@@ -370,16 +370,20 @@ def _long_runs(text: str) -> str:
     'ghp_a1a1a1a1a1a1a1a1a1a1a1a1'
     """
     data = text.encode("utf-8", "surrogatepass")
-    marks = data.translate(_RUN_TABLE)
-    needle = b"a" * _RUN_MIN_CHARS
-    parts = []
+    runs = _runs(data.translate(_RUN_TABLE), _RUN_MIN_CHARS)
+    return b"\n".join(data[i:e] for i, e in runs).decode("ascii")
+
+
+def _runs(marks: bytes, min_len: int):
+    """``(start, end)`` byte offsets of the runs of at least ``min_len`` ``a`` in
+    ``marks`` (a text translated to ``a`` for run characters, a space for the rest)."""
+    needle = b"a" * min_len
     i = marks.find(needle)
     while i >= 0:
         e = marks.find(b" ", i)
         e = len(marks) if e < 0 else e
-        parts.append(data[i:e])
+        yield i, e
         i = marks.find(needle, e)
-    return b"\n".join(parts).decode("ascii")
 
 
 def _extra_spans(text: str) -> list[tuple[int, int, str, str]]:
@@ -904,13 +908,8 @@ _B64_RUN_TABLE = bytes(ord("a") if b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijkl
 def _base64_spans(text: str) -> list[tuple[int, int, str, str]]:
     """Base64 runs (20+ characters, both letter cases) whose decoded text is a credential."""
     data = text.encode("utf-8", "surrogatepass")
-    marks = data.translate(_B64_RUN_TABLE)
-    needle = b"a" * _B64_RUN_MIN
     out = []
-    i = marks.find(needle)
-    while i >= 0:
-        e = marks.find(b" ", i)
-        e = len(marks) if e < 0 else e
+    for i, e in _runs(data.translate(_B64_RUN_TABLE), _B64_RUN_MIN):
         end = e
         while end < len(data) and end < e + 2 and data[end:end + 1] == b"=":
             end += 1
@@ -923,7 +922,6 @@ def _base64_spans(text: str) -> list[tuple[int, int, str, str]]:
             if decoded is not None and (_USER_PASSWORD.fullmatch(decoded)
                                         or _redact(decoded, "", True, nested=True).count):
                 out.append((i, end, "Base64 Encoded Secret", run))
-        i = marks.find(needle, end)
     # bytes offsets -> character offsets (text is ASCII around the runs only by chance)
     if out and len(data) != len(text):
         out = [(len(data[:s].decode("utf-8", "surrogatepass")),

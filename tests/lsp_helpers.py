@@ -102,6 +102,17 @@ def frame(payload: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
+def answers(out: bytes) -> list[dict]:
+    """Every framed message in a server's whole stdout, in order."""
+    found = []
+    while out:
+        head, _, rest = out.partition(b"\r\n\r\n")
+        size = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        found.append(json.loads(rest[:size]))
+        out = rest[size:]
+    return found
+
+
 def read_message(sock: socket.socket) -> dict | None:
     """One framed message, or None when the peer closed the connection."""
     head = b""

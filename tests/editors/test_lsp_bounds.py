@@ -23,6 +23,7 @@ from editors.server import MAX_LOG_LINE_CHARS, MAX_MESSAGE_BYTES, MAX_URI_CHARS
 from tests import lsp_helpers
 from tests.conftest import make_repo
 from tests.daemon_helpers import start_daemon
+from tests.lsp_helpers import answers as _answers
 from tests.lsp_helpers import frame, inline, inline_params, lsp_session, open_doc
 from tests.remote_helpers import PROMPT
 
@@ -120,16 +121,6 @@ def test_a_message_over_the_bound_gets_an_lsp_error_and_is_skipped_unread(tmp_pa
     assert [a["id"] for a in answers] == [1, None, 3]  # never 9: it was not parsed
     assert "error" in answers[2]  # the next message: read and answered (no such method)
     assert MAX_MESSAGE_BYTES > 100 << 20  # the real bound: a didOpen of a 100 MB file fits
-
-
-def _answers(out: bytes) -> list[dict]:
-    answers = []
-    while out:
-        head, _, rest = out.partition(b"\r\n\r\n")
-        size = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
-        answers.append(json.loads(rest[:size]))
-        out = rest[size:]
-    return answers
 
 
 def test_refused_uris_and_log_lines_are_bounded_by_documented_constants():

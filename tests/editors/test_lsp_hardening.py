@@ -23,6 +23,7 @@ from editors.completer import Completer, Request, uri_path
 from editors.settings import Settings
 from tests.conftest import make_repo
 from tests.daemon_helpers import free_port, start_daemon
+from tests.lsp_helpers import answers as _answers
 from tests.lsp_helpers import frame as _frame
 from tests.lsp_helpers import inline_params, lsp_session, open_doc, stats
 from tests.lsp_helpers import read_message as _read
@@ -159,26 +160,11 @@ def test_a_body_that_is_not_json_gets_a_parse_error_and_no_traceback(tmp_path):
                        capture_output=True, timeout=300, env={
                            **os.environ, "ASSISTD_DB": str(tmp_path / "h.db")})
     assert r.returncode == 0, r.stderr[-2000:]
-    answers, buf = [], r.stdout
-    while buf:
-        head, _, rest = buf.partition(b"\r\n\r\n")
-        size = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
-        answers.append(json.loads(rest[:size]))
-        buf = rest[size:]
+    answers = _answers(r.stdout)
     parse_errors = [a for a in answers if a.get("error", {}).get("code") == -32700]
     assert len(parse_errors) == 3 and all(a["id"] is None for a in parse_errors), answers
     assert answers[-1]["id"] == 2 and answers[-1]["error"]["code"] == -32600, answers
     assert b"Traceback" not in r.stderr, r.stderr[-3000:]
-
-
-def _answers(out: bytes) -> list[dict]:
-    answers = []
-    while out:
-        head, _, rest = out.partition(b"\r\n\r\n")
-        size = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
-        answers.append(json.loads(rest[:size]))
-        out = rest[size:]
-    return answers
 
 
 def test_json_that_is_no_message_and_a_huge_length_get_no_traceback(tmp_path):
