@@ -471,10 +471,10 @@ class Bench:
         """Generations the run will make (for a progress bar)."""
         return sum(len(w.cases) for w in workloads) * self.repeats * len(self.arms)
 
-    def _proposers(self, scope_index, cost=None) -> dict[str, object]:
-        """Every proposer arm's proposer over ``scope_index``, priced by ``cost`` (the
-        startup calibration when None)."""
-        return {arm.name: self._proposer(arm, scope_index, cost or self.cost)
+    def _proposers(self, scope_index) -> dict[str, object]:
+        """Every proposer arm's proposer over ``scope_index``, priced by the startup
+        calibration (a tuned arm's generations get fresh ones, :meth:`_run`)."""
+        return {arm.name: self._proposer(arm, scope_index, self.cost)
                 for arm in self.arms if arm.proposer is not None}
 
     def _proposer(self, arm: Arm, scope_index, cost):
