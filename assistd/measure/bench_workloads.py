@@ -399,6 +399,8 @@ def novel_workload(target, path: Path | None, n_cases: int, budget: int,
     except InputError:
         if path is not None:
             raise
+    if path is not None and not requests:  # asked for these transcripts: no silent fallback
+        raise InputError(f"novel: no first user message of 40-4,000 characters in {path}")
     root, files = library_files(library)
     if not requests:  # no transcripts, or none with a usable first request
         source = f"module docstrings of the library {root}"
@@ -432,6 +434,9 @@ def parse_spec(spec: str) -> tuple[str, Path | None]:
     transcripts (``agent``). Raises :class:`InputError`."""
     name, sep, rest = spec.partition("=")
     if sep and name in NAMES:
+        if not rest.strip():  # Path("") is ".": never bench the current folder unasked
+            raise InputError(f"--workload {spec}: no path after '='; write {name}=PATH "
+                             f"or just {name}")
         path = Path(rest).expanduser()
         if not path.exists():
             raise InputError(f"--workload {spec}: {path} does not exist")
