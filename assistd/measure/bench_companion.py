@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from assistd.ground.errors import ModelError
+from assistd.ground.process import exit_when_orphaned
 
 
 def serve(model: str | None, n_ctx: int, threads: int | None, numerics: str,
@@ -150,6 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--numerics", required=True)
     a = ap.parse_args(argv)
+    exit_when_orphaned()  # a killed bench must not leave this decoding for tens of seconds
     # Keep the protocol's stdout clean of anything a library might print.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
