@@ -109,7 +109,7 @@ class Ledger:
         self.tree_rounds += int(depth < num_draft)
         for xs in (self.reached_per_position, self.accepted_per_position,
                    self.tried_per_position, self.nodes_by_depth):
-            _grow(xs, depth)
+            grow(xs, depth)
         for i in range(depth):
             self.reached_per_position[i] += 1
         for i in range(num_accepted):
@@ -118,7 +118,7 @@ class Ledger:
             self.tried_per_position[i] += 1
         self.nodes_by_depth[depth - 1] += num_draft
         if ceiling is not None and depth >= ceiling:
-            _grow(self.ceiling_stops, depth)
+            grow(self.ceiling_stops, depth)
             self.ceiling_stops[depth - 1] += 1
         self._timed(num_draft, draft_ms, verify_ms, context)
 
@@ -135,7 +135,7 @@ class Ledger:
     def _timed(self, length: int, draft_ms: float, verify_ms: float,
                context: int | None = None) -> None:
         for xs in (self.steps_by_len, self.draft_ms_by_len, self.verify_ms_by_len):
-            _grow(xs, length + 1)
+            grow(xs, length + 1)
         self.steps_by_len[length] += 1
         self.draft_ms_by_len[length] += draft_ms
         self.verify_ms_by_len[length] += verify_ms
@@ -180,7 +180,7 @@ class Ledger:
             setattr(self, name, getattr(self, name) + weight * getattr(other, name))
         for name in self.ARRAYS:
             mine, theirs = getattr(self, name), getattr(other, name)
-            _grow(mine, len(theirs))
+            grow(mine, len(theirs))
             for i, x in enumerate(theirs):
                 mine[i] += weight * x
 
@@ -285,6 +285,15 @@ class Ledger:
         )
 
 
-def _grow(xs: list[int], n: int) -> None:
+def grow(xs: list, n: int) -> None:
+    """Pad the per-position (or per-length) counter list ``xs`` with zeros, in place, to
+    at least ``n`` entries; a longer list is left as it is.
+
+    >>> xs = [3, 1]
+    >>> grow(xs, 4); xs
+    [3, 1, 0, 0]
+    >>> grow(xs, 2); xs
+    [3, 1, 0, 0]
+    """
     if len(xs) < n:
         xs.extend([0] * (n - len(xs)))

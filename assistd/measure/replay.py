@@ -43,7 +43,7 @@ import numpy as np
 
 from assistd.ground.costmodel import CostModel
 from assistd.ground.errors import InputError
-from assistd.ground.ledger import Ledger, ratio
+from assistd.ground.ledger import Ledger, grow, ratio
 from assistd.measure.replay_inputs import Session
 from proposers import Proposer, available, make_proposer
 
@@ -189,7 +189,7 @@ class ReplayCounts:
         """As :meth:`Ledger.record_round`: ``num_draft`` nodes verified, ``num_accepted``
         committed from them; ``depth``/``leaf`` for a tree (None: a chain)."""
         self.ledger.record_round(num_draft, num_accepted, depth=depth, leaf=leaf)
-        _grow(self.rounds_by_draft_len, num_draft + 1)
+        grow(self.rounds_by_draft_len, num_draft + 1)
         self.rounds_by_draft_len[num_draft] += 1
 
     def record_plain_step(self) -> None:
@@ -198,11 +198,6 @@ class ReplayCounts:
     @property
     def tried_per_position(self) -> list[int]:
         return self.ledger.tried_per_position
-
-
-def _grow(xs: list[int], n: int) -> None:
-    if len(xs) < n:
-        xs.extend([0] * (n - len(xs)))
 
 
 def metrics(counts: ReplayCounts, cost: CostModel) -> dict:

@@ -31,6 +31,7 @@ import numpy as np
 import platformdirs
 
 from assistd.ground.errors import ModelError
+from assistd.ground.process import process_alive
 from assistd.targets.base import Target, choose_sequences, encodable, tokenizer_fingerprint
 from assistd.targets.gguf_header import gguf_metadata
 from assistd.targets.llama import check_model_file
@@ -422,7 +423,7 @@ def _save_cache(model, tok, dest: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
         for old in dest.parent.glob(f"{dest.name}.tmp-*"):  # left by a killed process
             pid = old.name.rpartition("-")[2]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 shutil.rmtree(old, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
@@ -434,13 +435,3 @@ def _save_cache(model, tok, dest: Path) -> None:
             warnings.warn(f"cannot cache the converted weights in {dest} ({type(e).__name__}: {e}); "
                           "the next load converts the GGUF file again. Set ASSISTD_CACHE_DIR to a "
                           "writable directory to cache them", RuntimeWarning, stacklevel=4)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
