@@ -51,6 +51,8 @@ def ing(store):
 
 
 def test_partial_last_line_waits_then_completes(ing, store, tmp_path):
+    """A transcript's half-written last line is left for later; once the rest is appended the
+    next ingest takes it (one record), and a third ingest finds the file unchanged."""
     f = tmp_path / "s.jsonl"
     full = claude_line(1, "second", tmp_path)
     f.write_text(claude_line(0, "first", tmp_path) + full[:30])
@@ -64,6 +66,8 @@ def test_partial_last_line_waits_then_completes(ing, store, tmp_path):
 
 
 def test_complete_json_without_newline_is_taken_once(ing, store, tmp_path):
+    """A complete JSON record without its newline is stored once, not again when the newline and
+    the next record arrive."""
     f = tmp_path / "s.jsonl"
     f.write_text(claude_line(0, "first", tmp_path).rstrip("\n"))
     ing.ingest(f)
@@ -88,6 +92,8 @@ def test_grouped_response_across_passes_is_one_record(ing, store, tmp_path):
 
 
 def test_truncated_or_rewritten_file_is_read_again(ing, store, tmp_path):
+    """A transcript that shrank, or kept its length but changed its head, counts as rewritten:
+    its old records are replaced by the new file's."""
     f = tmp_path / "s.jsonl"
     f.write_text("".join(claude_line(i, f"old {i}", tmp_path) for i in range(3)))
     ing.ingest(f)
@@ -116,6 +122,7 @@ def test_records_are_scoped_by_their_cwd(ing, store, tmp_path):
 
 
 def test_vanished_transcript_keeps_its_records(ing, store, tmp_path):
+    """A transcript deleted from disk is counted as vanished and its stored records stay."""
     f = tmp_path / "s.jsonl"
     f.write_text(claude_line(0, "kept", tmp_path))
     ing.ingest(f)
@@ -125,6 +132,8 @@ def test_vanished_transcript_keeps_its_records(ing, store, tmp_path):
 
 
 def test_unknown_content_is_counted_not_fatal(ing, store, tmp_path):
+    """Plain text in a .jsonl and binary bytes in a .traj are each counted as unknown_format and
+    store nothing."""
     f = tmp_path / "notes.jsonl"
     f.write_text("just some text\nnot json at all\n")
     assert ing.ingest(f).unknown_format == 1
@@ -164,6 +173,8 @@ def _same_as_fresh(tmp_path, turn1: Path, turn2: Path):
 @pytest.mark.parametrize("tool,stem", [("claude-code", "codemie__incremental-simple__turn-"),
                                        ("codex", "codemie__incremental__turn-")])
 def test_resume_from_offset_equals_fresh_ingest(tmp_path, tool, stem):
+    """Claude Code and Codex fixtures (tests/data/transcripts): ingesting turn 1 then, after a
+    restart, the bytes turn 2 appended stores the same records as a fresh ingest of turn 2."""
     d = FIXTURES / tool
     first, got, want = _same_as_fresh(tmp_path, d / f"{stem}1.jsonl", d / f"{stem}2.jsonl")
     assert 0 < first < len(want)

@@ -201,6 +201,8 @@ def test_gemini_codex_and_others_skip_wrongly_typed_calls(tmp_path):
 # -- text: one U+FFFD per lone surrogate; lines decoded with replacement are counted --------
 
 def test_a_lone_surrogate_is_one_replacement_character(store, tmp_path):
+    """Each lone surrogate escape in a JSON transcript becomes one U+FFFD; an escaped surrogate
+    pair stays the emoji it encodes."""
     path = tmp_path / "chat.jsonl"
     path.write_text('{"role": "assistant", "content": "a\\ud800b \\udfff c"}\n'
                     '{"role": "assistant", "content": "pair \\ud83d\\ude00 kept"}\n')

@@ -159,6 +159,8 @@ def test_each_new_class_is_redacted_and_the_rest_stays(cls):
     "| Token | Meaning |\n|---|---|\n| NAME | identifier |\n| NUMBER | number |\n",
 ])
 def test_near_misses_of_the_new_classes_are_left_alone(line):
+    """Lines that look like the new secret classes but hold none (empty URL passwords, variable
+    references, placeholders) come back unchanged."""
     assert redact(line).text == line, redact(line).text
 
 
@@ -192,6 +194,8 @@ def planted_texts() -> list[tuple[str, str, list[str]]]:
 
 
 def test_the_planted_set_is_large_and_varied():
+    """The planted secret set has at least 80 distinct values and the filter names at least 15
+    secret kinds in it."""
     texts = planted_texts()
     values = [v for _, _, vs in texts for v in vs]
     assert len(values) >= 80 and len(set(values)) == len(values)
@@ -290,6 +294,7 @@ TRANSCRIPT_BUILDERS = {"claude_code": _claude, "codex": _codex, "gemini_json": _
 
 
 def test_every_transcript_format_has_a_builder():
+    """Every transcript format the ingester knows has a builder that plants secrets in it."""
     assert set(TRANSCRIPT_BUILDERS) == set(FORMATS)
 
 
@@ -421,6 +426,8 @@ def test_an_accepted_suggestion_that_completes_no_secret_is_stored_whole(store, 
 
 
 def test_line_context_keeps_the_lines_a_rule_may_read():
+    """line_context keeps at most 20 lines before a value (ending with the line that names the
+    key) and the rest of the value's line after it."""
     before, after = line_context("x\n" * 100 + "# the key is\n# ab", "cd\nrest\nmore")
     assert before.endswith("# the key is\n# ab") and before.count("\n") <= 20
     assert after == "cd"
@@ -432,6 +439,8 @@ def test_line_context_keeps_the_lines_a_rule_may_read():
 @pytest.mark.parametrize("name", [".envrc", ".env", ".env.local", ".env.production",
                                   "sub/.envrc"])
 def test_env_files_are_not_indexed(tmp_path, name):
+    """.env, .env.local, .env.production, .envrc (also in a subfolder) are never indexed;
+    .env.example and ordinary sources are."""
     repo = make_repo(tmp_path / "r", {name: "export DB_HOST=db\n", "a.py": "x = 1\n",
                                       ".env.example": "DB_HOST=\n"})
     rels = {rel for rel, _ in iter_files(repo)}
@@ -458,6 +467,8 @@ MS_FORMATS = {
 
 @pytest.mark.parametrize("cls", MS_FORMATS)
 def test_formats_of_the_microsoft_table_are_redacted(cls):
+    """Each credential format of Microsoft's provider table is replaced by the redaction marker,
+    with the prefilter on and off alike."""
     value = MS_FORMATS[cls]
     text = f"use {value} for the deploy\n"
     out = redact(text)

@@ -33,6 +33,9 @@ def texts(store, source):
 
 
 def test_a_fifo_inside_a_repository_is_counted_not_read(store, tmp_path):
+    """FIFOs in a repository (top level, a subfolder, one named .py) are counted as refused
+    not_regular and never opened, on a full index, a watcher's update of a new FIFO or of a
+    folder moved in, and a non-recursive index; ignored folders and .git are not walked."""
     repo = make_repo(tmp_path / "r", {"a.py": "x = 1\n", "sub/b.py": "y = 2\n",
                                       ".gitignore": "ignored/\n"})
     os.mkfifo(repo / "pipe")
@@ -77,6 +80,8 @@ def test_a_lone_surrogate_stored_as_replacement_is_counted(store, tmp_path):
 
 
 def test_a_lone_surrogate_in_a_whole_json_transcript_is_counted(store, tmp_path):
+    """A Gemini CLI session (one JSON document) with a lone surrogate stores U+FFFD in its place
+    and counts one decoded_with_replacement."""
     path = tmp_path / "session-1.json"  # a Gemini CLI session: one JSON document
     doc = {"sessionId": "s", "projectHash": "h", "messages": [
         {"id": "1", "type": "gemini", "content": "lone \ud800 in a document"},
@@ -88,6 +93,9 @@ def test_a_lone_surrogate_in_a_whole_json_transcript_is_counted(store, tmp_path)
 
 
 def test_a_line_nested_too_deep_is_counted_once(store, tmp_path):
+    """In a JSONL transcript two lines nested too deep and two malformed lines are each counted
+    once (skipped_too_deep 2, skipped_malformed 2, the stored counter agreeing) and the good
+    record is kept."""
     path = tmp_path / "chat.jsonl"
     deep = '{"role": "assistant", "content": ' + "[" * DEEP + "]" * DEEP + "}"
     path.write_text("\n".join([json.dumps({"role": "assistant", "content": "kept"}), deep,

@@ -472,6 +472,8 @@ def _rnd(n, alphabet=string.ascii_letters + string.digits, seed=5):
     ('{{"command": "export GITLAB_TOKEN={v} && make"}}', _rnd(24)),
 ])
 def test_formats_beyond_the_default_plugins_are_redacted(template, value):
+    """Secrets detect-secrets' default plugins miss (passwords in env files, Hugging Face tokens
+    and more) are redacted, and redacting the output again changes nothing."""
     text = template.format(v=value)
     out = redact(text)
     assert value not in out.text and out.count >= 1, out.text
@@ -484,6 +486,8 @@ def test_formats_beyond_the_default_plugins_are_redacted(template, value):
     "TOKEN_DTYPE = np.dtype('<u4')\n", "x = os.environ['TOKEN']\n",
 ])
 def test_references_and_code_are_not_redacted_by_the_extra_detectors(line):
+    """Code that only names a secret (a call, $OTHER_KEY, ${SECRET}, os.environ lookups, a
+    dtype) has nothing redacted."""
     assert redact(line).count == 0
 
 

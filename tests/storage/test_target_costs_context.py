@@ -29,6 +29,9 @@ def _database_before_m007(path):
 
 
 def test_old_forward_times_become_the_reference_context(tmp_path):
+    """After m007 an old database's forward times are the reference context (bucket 0, 64 tokens
+    each) and read as before; new times land in their own context bucket; running m007 again
+    changes nothing."""
     path = tmp_path / "old.db"
     _database_before_m007(path)
     store = HistoryStore(path)  # migrates

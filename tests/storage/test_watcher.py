@@ -72,6 +72,8 @@ def settle(w, until, timeout=10.0):
 
 
 def test_create_modify_delete_reach_the_store(watched):
+    """A file created, a file rewritten and a file deleted under a watched repository each reach
+    the store."""
     w, store, root, _ = watched
     (root / "c.md").write_text("# new\n")
     settle(w, lambda: "c.md" in paths(store, root))
@@ -83,6 +85,8 @@ def test_create_modify_delete_reach_the_store(watched):
 
 
 def test_move_and_directory_move(watched):
+    """A renamed file and a renamed folder move their documents: the old paths are gone and the
+    text is kept under the new ones."""
     w, store, root, _ = watched
     os.rename(root / "a.py", root / "renamed.py")
     settle(w, lambda: "renamed.py" in paths(store, root) and "a.py" not in paths(store, root))
@@ -121,6 +125,8 @@ def test_checkout_burst_of_2000_files_is_coalesced(watched):
 
 
 def test_ignored_paths_never_reach_the_store(watched):
+    """Files under .gitignore'd, built-in ignored (node_modules, .venv, .git, build) and .env
+    paths are neither stored nor tokenized."""
     w, store, root, tok = watched
     for rel in ("secret/key.txt", "debug.log", "node_modules/x/index.js", ".venv/lib/site.py",
                 ".git/HEAD", "build/out.js", ".env"):
@@ -134,6 +140,7 @@ def test_ignored_paths_never_reach_the_store(watched):
 
 
 def test_gitignore_change_rescans(watched):
+    """Adding src/ to .gitignore rescans the repository and drops src/b.py; a.py stays."""
     w, store, root, _ = watched
     (root / ".gitignore").write_text("secret/\n*.log\nsrc/\n")
     settle(w, lambda: "src/b.py" not in paths(store, root))
@@ -141,6 +148,8 @@ def test_gitignore_change_rescans(watched):
 
 
 def test_binary_and_huge_files_are_skipped_live(watched):
+    """A binary file and one over max_bytes written while watching are not stored and are
+    counted once each as skipped_binary and skipped_large."""
     w, store, root, _ = watched
     w.indexers[0].max_bytes = 1000
     (root / "blob.bin").write_bytes(b"\x00\x01" * 100)
