@@ -49,6 +49,7 @@ from starlette.routing import Route
 
 from assistd.ground.errors import AssistdError, InputError, ModelError
 from assistd.ground.jsonlimits import json_too_deep
+from assistd.ground.loopback import LOOPBACK_HOSTS
 from assistd.ground.options import parse_k
 from assistd.runtime.scheduler import AGENT, EDITOR, PRIORITIES
 from assistd.serving.openai_wire import (  # noqa: F401 - re-exported: the API's names
@@ -410,9 +411,6 @@ def _over_unix(scope) -> bool:
     """uvicorn gives a Unix-socket connection the server address ``(path, None)``."""
     server = scope.get("server")
     return isinstance(server, (tuple, list)) and len(server) == 2 and server[1] is None
-
-
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def host_name(value: str) -> str:

@@ -35,10 +35,9 @@ from pathlib import Path
 from assistd.serving.config import Config
 from assistd.ground.errors import InputError
 from assistd.ground.logs import RateLimitFilter
+from assistd.ground.loopback import LOOPBACK_HOSTS
 
 log = logging.getLogger("assistd.daemon")
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class _JsonFormatter(logging.Formatter):
@@ -428,7 +427,7 @@ def serve(config: Config, *, lsp_host=None) -> None:
     from assistd.serving.service import Service
 
     tcp = config.tcp_address()
-    if tcp is not None and tcp[0] not in LOOPBACK and not config.allow_remote:
+    if tcp is not None and tcp[0] not in LOOPBACK_HOSTS and not config.allow_remote:
         raise InputError(f"tcp = {config.tcp} is not a loopback address; anyone who can reach"
                          " it could use your model and read your history: set allow_remote"
                          " (--allow-remote) to mean it")
