@@ -30,6 +30,8 @@ def paths(store, root):
 
 
 def test_index_twice_retokenizes_nothing_then_exactly_one(store, tmp_path):
+    """Indexing a 3-file repository tokenizes 3; a second run tokenizes none; after one file
+    changes, only that one, and its stored tokens are the new bytes."""
     root = make_repo(tmp_path / "r", {"a.py": "x = 1\n", "b.md": "# b\n", "src/c.js": "let c;\n"})
     first = run(store, root)
     assert (first.tokenized, first.documents) == (3, 3)
@@ -43,6 +45,8 @@ def test_index_twice_retokenizes_nothing_then_exactly_one(store, tmp_path):
 
 
 def test_touched_but_identical_file_is_not_retokenized(store, tmp_path):
+    """A file whose mtime changed but whose content did not is counted unchanged, not tokenized
+    again."""
     root = make_repo(tmp_path / "r", {"a.py": "x = 1\n"})
     run(store, root)
     st = (root / "a.py").stat()
@@ -52,6 +56,9 @@ def test_touched_but_identical_file_is_not_retokenized(store, tmp_path):
 
 
 def test_gitignored_files_never_enter_history(store, tmp_path):
+    """Root and nested .gitignore rules (with a ! exception), .git/info/exclude and node_modules
+    keep files out: only .gitignore, app.py, pkg/.gitignore, pkg/keep.log and pkg/mod.py are
+    stored."""
     root = make_repo(tmp_path / "r", {
         ".gitignore": "*.log\nsecret/\n",
         "app.py": "print(1)\n",
@@ -71,6 +78,8 @@ def test_gitignored_files_never_enter_history(store, tmp_path):
 
 
 def test_binary_large_and_non_utf8_files(store, tmp_path):
+    """A PNG is skipped as binary, a file over max_bytes as large, a Latin-1 file is stored
+    decoded with replacement; a second run skips the binary again without tokenizing."""
     root = make_repo(tmp_path / "r", {
         "img.png": b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR",
         "big.txt": "a" * 5000,
@@ -87,6 +96,8 @@ def test_binary_large_and_non_utf8_files(store, tmp_path):
 
 
 def test_deleted_file_is_forgotten_with_its_tokens(store, tmp_path):
+    """A file deleted from the repository is counted removed and its document and tokenization
+    are deleted."""
     root = make_repo(tmp_path / "r", {"a.py": "a\n", "b.py": "b\n"})
     run(store, root)
     (root / "b.py").unlink()
@@ -109,6 +120,7 @@ def test_other_tokenizer_gets_its_own_tokenization(store, tmp_path):
 
 
 def test_symlink_loop_and_vanished_target_do_not_stop_indexing(store, tmp_path):
+    """A symlink loop and a dangling symlink are passed over: the one real file is indexed."""
     root = make_repo(tmp_path / "r", {"a.py": "a\n"})
     os.symlink(root, root / "loop")
     os.symlink(root / "missing.py", root / "dangling.py")
@@ -119,6 +131,7 @@ def test_symlink_loop_and_vanished_target_do_not_stop_indexing(store, tmp_path):
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files regardless of permissions")
 def test_unreadable_file_is_counted(store, tmp_path):
+    """A file without read permission is counted as skipped_unreadable."""
     root = make_repo(tmp_path / "r", {"a.py": "a\n", "locked.py": "b\n"})
     (root / "locked.py").chmod(0)
     report = run(store, root)
@@ -126,6 +139,8 @@ def test_unreadable_file_is_counted(store, tmp_path):
 
 
 def test_token_blob_is_compact_uint32(store, tmp_path):
+    """Token ids are stored as a little-endian uint32 blob: 4 bytes a token, 'abc' decoding to
+    [97, 98, 99]."""
     root = make_repo(tmp_path / "r", {"a.py": "abc"})
     run(store, root)
     blob, n = store.db.execute("select token_ids, num_tokens from tokenizations").fetchone()
@@ -202,6 +217,8 @@ def test_database_file_is_private(tmp_path):
 
 
 def test_corrupt_database_is_a_clear_error(tmp_path):
+    """A file that is not SQLite raises HistoryError ('cannot open history database', 'move the
+    damaged file aside') and is left byte for byte as it was."""
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite" * 100)
     from assistd.ground.errors import HistoryError
@@ -213,6 +230,8 @@ def test_corrupt_database_is_a_clear_error(tmp_path):
 
 
 def test_language_ids_are_recorded(store, tmp_path):
+    """Documents get LSP language ids from their names: python, typescript, makefile, and
+    plaintext for an unknown extension."""
     root = make_repo(tmp_path / "r", {"a.py": "a", "b.ts": "b", "Makefile": "all:", "c.xyz": "c"})
     run(store, root)
     got = {d.path: d.language_id for d in store.documents(str(root.resolve())).values()}
@@ -230,6 +249,7 @@ def test_non_recursive_scope_indexes_only_the_top_directory(store, tmp_path):
 
 
 def test_non_utf8_file_name_is_skipped_and_counted(store, tmp_path):
+    """A file name that is not UTF-8 is skipped and counted as skipped_unreadable."""
     root = make_repo(tmp_path / "r", {"a.py": "a\n"})
     with open(os.path.join(os.fsencode(root), b"bad\xffname.py"), "wb") as f:
         f.write(b"x = 1\n")
@@ -284,6 +304,8 @@ def execute_sql(path, statement):
 
 
 def test_foreign_and_newer_databases_are_refused(tmp_path):
+    """A database with another program's tables, or with a migration this assistd does not know,
+    is refused with a HistoryError that says which."""
     from assistd.ground.errors import HistoryError
 
     other = tmp_path / "other.db"
@@ -299,6 +321,7 @@ def test_foreign_and_newer_databases_are_refused(tmp_path):
 
 
 def test_scope_remembers_recursive_indexing(store, tmp_path):
+    """A scope records whether it was last indexed recursively or not."""
     root = tmp_path / "loose"
     (root / "sub").mkdir(parents=True)
     (root / "sub" / "x.py").write_text("x\n")

@@ -11,11 +11,15 @@ A = np.array
 
 
 def test_match_lengths_counts_common_suffix():
+    """match_lengths counts how many tokens before each candidate position equal the context's
+    tail ([1,2,3,4,2,3] vs tail [9,2,3]: 2 and 2), capped at max_n."""
     assert match_lengths(A([1, 2, 3, 4, 2, 3]), A([3, 6]), A([9, 2, 3]), 4).tolist() == [2, 2]
     assert match_lengths(A([7, 2, 3]), A([3]), A([7, 2, 3]), 2).tolist() == [2]  # capped at max_n
 
 
 def test_pick_longest_then_policy():
+    """pick takes the longest match, breaking ties by policy (recent: the last, earliest: the
+    first); no candidates give (-1, 0)."""
     assert pick(A([3, 8, 12]), A([2, 4, 4]), "recent") == (12, 4)
     assert pick(A([3, 8, 12]), A([2, 4, 4]), "earliest") == (8, 4)
     assert pick(A([], dtype=np.int64), A([], dtype=np.int64), "recent") == (-1, 0)
@@ -42,6 +46,8 @@ def test_overlapping_occurrence_is_cut_to_non_overlap():
 
 
 def test_longest_match_wins_over_recency():
+    """A 3-token match earlier in the context beats a more recent 2-token one: the draft
+    continues the full match ([9, 8])."""
     ctx = A([1, 2, 3, 9, 8, 2, 3, 7, 1, 2, 3])  # tail [1,2,3]: full match at 3, 2-match at 7
     d = NgramProposer(min_n=2, max_n=4).propose(ctx, 2)
     assert d.tokens.tolist() == [9, 8] and d.match_len == 3
@@ -63,6 +69,8 @@ def test_history_lookup_and_document_boundary():
 
 
 def test_history_draft_beats_shorter_context_match():
+    """A 3-token match in the history beats a 2-token match in the context: the draft is the
+    history's [4, 5, 6], with its source and document named."""
     p = NgramProposer(_index(("lib.py", [1, 2, 3, 4, 5, 6])), min_n=2, max_n=8)
     d = p.propose(A([9, 2, 3, 7, 1, 2, 3]), 3, scope="s")  # context has [2,3] (2), history [1,2,3] (3)
     assert d.tokens.tolist() == [4, 5, 6]
@@ -89,11 +97,15 @@ def test_occurrence_policy_recent_earliest_frequent():
 
 
 def test_context_shorter_than_window_and_empty_history():
+    """A context shorter than min_n drafts nothing; with an empty history index the context
+    alone still drafts."""
     assert NgramProposer(min_n=3).propose(A([1, 2]), 4) is None
     assert NgramProposer(HistoryIndex(), min_n=2).propose(A([1, 2, 1, 2]), 4, scope="s").tokens.tolist() == [1, 2]
 
 
 def test_registry_and_bad_parameters():
+    """ngram is registered by name; an unknown name raises KeyError listing the known ones;
+    min_n > max_n or an unknown policy raises ValueError."""
     assert "ngram" in available()
     assert isinstance(make_proposer("ngram"), NgramProposer)
     with pytest.raises(KeyError, match="known: .*ngram"):

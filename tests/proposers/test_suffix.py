@@ -54,6 +54,8 @@ def test_probability_is_product_of_count_ratios_and_stops_below_min_token_prob()
 
 
 def test_draft_is_capped_at_alpha_times_match_length():
+    """The draft is at most alpha x match length tokens (match 2: alpha 1, 2, 0.5 give 2, 4, 1);
+    under one token, no draft."""
     h = index_of(list(range(10, 30)))
     for alpha, want in ((1.0, 2), (2.0, 4), (0.5, 1)):
         d = SuffixProposer(h, alpha=alpha, use_context=False, match_prior=RAW).propose(A([0, 11, 12]), 16, scope="s")
@@ -62,6 +64,8 @@ def test_draft_is_capped_at_alpha_times_match_length():
 
 
 def test_live_context_never_matches_its_own_tail():
+    """The live context never matches its own tail, and a self-overlapping match is cut so as
+    not to overlap ([5,5,5,5]: match 2)."""
     assert live_occurrences(A([1, 2, 3, 4, 5]), 4).match_len == 0
     occ = live_occurrences(A([5, 5, 5, 5]), 4)  # cut to 2 tokens so as not to overlap
     assert occ.match_len == 2 and occ.cont.tolist() == [[5, 5, SEP, SEP]]
@@ -69,6 +73,8 @@ def test_live_context_never_matches_its_own_tail():
 
 
 def test_empty_history_short_context_and_unknown_scope():
+    """An empty history with a one-token or empty context, or k 0, drafts nothing; an unknown
+    scope falls back to the live context."""
     p = SuffixProposer(HistoryIndex())
     assert p.propose(A([1]), 4, scope="s") is None
     assert p.propose(A([], dtype=np.int64), 4) is None
@@ -102,6 +108,8 @@ def test_cost_model_cuts_drafts_that_do_not_pay():
 
 
 def test_frequent_path_counts_ended_rows_in_the_denominator():
+    """frequent_path counts continuations that ended in its denominator ([4,SEP], [4,7], [4,7]:
+    probabilities 1 then 2/3) and applies a prior (one row, prior 1: 0.5 each)."""
     t, p = frequent_path(A([[4, SEP], [4, 7], [4, 7]]), 4, 0.0)
     assert t.tolist() == [4, 7] and p.tolist() == pytest.approx([1.0, 2 / 3])
     t, p = frequent_path(A([[4, 5, 6]]), 8, 0.0, prior=1.0)
@@ -109,6 +117,7 @@ def test_frequent_path_counts_ended_rows_in_the_denominator():
 
 
 def test_registered_with_bad_parameters_refused():
+    """suffix is registered by name; alpha 0 raises ValueError."""
     assert isinstance(make_proposer("suffix"), SuffixProposer)
     with pytest.raises(ValueError):
         SuffixProposer(alpha=0, match_prior=RAW)
@@ -200,6 +209,8 @@ def test_forgotten_document_is_gone_from_every_structure():
 
 
 def test_scopes_are_isolated():
+    """Each scope drafts from its own documents only; an unknown scope, or no scope with several
+    indexed, drafts nothing."""
     index = HistoryIndex()
     index.put("a", 1, A([1, 2, 3, 4]), "a.py")
     index.put("b", 2, A([1, 2, 7, 8]), "b.py")
@@ -211,6 +222,7 @@ def test_scopes_are_isolated():
 
 
 def test_memory_budget_drops_the_least_recently_used_scope():
+    """Past max_tokens (120 > 100) the least recently used scope is evicted and counted."""
     index = HistoryIndex(max_tokens=100)
     index.put("old", 1, A(range(60)), "x")
     index.put("new", 2, A(range(60)), "y")  # 120 > 100: "old" goes

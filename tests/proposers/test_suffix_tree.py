@@ -68,6 +68,8 @@ def test_tree_draft_holds_both_continuations_likeliest_first():
 
 
 def test_tree_of_one_branch_is_a_chain_and_max_leaves_one_turns_trees_off():
+    """A tree draft with a single branch comes back as a chain (no parents); max_leaves 1 turns
+    tree mode off."""
     h = index_of([1, 2, 3, 4, 5])
     d = SuffixProposer(h, use_context=False, match_prior=RAW, tree=True, alpha=4).propose(A([1, 2]), 3, scope="s")
     assert d.parents is None and d.tokens.tolist() == [3, 4, 5]
@@ -167,6 +169,8 @@ def test_the_expansion_floor_never_changes_the_draft(cost):
 
 
 def test_best_size_is_best_length_for_a_chain():
+    """For a chain best_size, on cumulative probabilities, chooses the length best_length
+    does."""
     from proposers.suffix import best_length
 
     probs = [0.9, 0.8, 0.5, 0.9]
@@ -186,6 +190,8 @@ def tree_draft(tokens, parents):
     (8, 8, 1, [1, 2, 3], None),  # branch-by-branch Target: the first branch alone
 ])
 def test_fit_draft_cuts_depth_nodes_and_leaves(depth, nodes, leaves, want_tokens, want_parents):
+    """fit_draft cuts the tree 1 -> {2 -> 3, 4}, 5 to a depth, a node count or a leaf count,
+    keeping a valid tree, or a chain when one branch is left."""
     # 1 -> {2 -> 3, 4}, 5
     d = tree_draft([1, 2, 3, 4, 5], [-1, 0, 1, 0, -1])
     got = fit_draft(d, depth=depth, nodes=nodes, leaves=leaves)
@@ -199,5 +205,6 @@ def test_fit_draft_cuts_depth_nodes_and_leaves(depth, nodes, leaves, want_tokens
 
 
 def test_draft_refuses_a_tree_with_q_rows():
+    """A Draft with both parents (a tree) and q_rows raises ValueError."""
     with pytest.raises(ValueError, match="q_rows"):
         Draft(A([1, 2]), None, "model", 0, q_rows=np.ones((2, 4)) / 4, parents=A([-1, -1]))
