@@ -15,6 +15,9 @@ from assistd.ground.ledger import Ledger
 
 
 def test_brief_figures_interpolate_and_extrapolate():
+    """The reference cost model gives t(1) 11 and t(8) 43 ms, interpolates linearly between its
+    points (t(3) 22.5), prices a round of L draft tokens as t(L + 1) and extends its last slope
+    past n = 32."""
     cm = CostModel.brief()
     assert cm.t_ms(1) == 11.0 and cm.t_ms(8) == 43.0
     assert cm.t_ms(3) == pytest.approx(22.5)  # between 2 (19) and 4 (26)
@@ -115,6 +118,9 @@ def test_random_noisy_levels_stay_monotone():
 
 
 def test_t_n_context_interpolates_between_levels_and_extends_the_last_slope():
+    """t(n, context) interpolates between context levels (halfway: 15 ms), extends the longest
+    level's slope past it and the last segment past the last n; table() agrees with round_ms and
+    returns a copy; a one-level model ignores the context."""
     cm = CostModel({1: 10.0, 8: 40.0}, context=64, levels={1064: {1: 20.0, 8: 60.0}})
     assert cm.t_ms(1) == cm.t_ms(1, 64) == cm.t_ms(1, 0) == 10.0  # None: the points' context
     assert cm.t_ms(1, 564) == pytest.approx(15.0)  # halfway
@@ -132,6 +138,9 @@ def test_t_n_context_interpolates_between_levels_and_extends_the_last_slope():
 
 
 def test_a_longer_context_never_costs_less_even_when_its_level_says_so():
+    """A level that claims a longer context costs less is raised to the shorter context's figure
+    (t(4, 1000) = 30, not 25), its stored points kept as given; past the longest level t(1)'s
+    per-token slope applies to every n."""
     cm = CostModel({1: 10.0, 2: 18.0, 4: 30.0, 8: 50.0}, context=0,
                    levels={1000: {1: 20.0, 4: 25.0}})
     assert cm.t_ms(4, 1000) == 30.0  # raised to the shorter context's
@@ -144,11 +153,15 @@ def test_a_longer_context_never_costs_less_even_when_its_level_says_so():
 
 
 def test_context_buckets():
+    """context_bucket maps a context to the power of two at or below it from 128 up (0 below
+    128): 255 -> 128, 700 -> 512, 5000 -> 4096."""
     assert [context_bucket(c) for c in (0, 64, 127, 128, 255, 256, 700, 1024, 5000)] == [
         0, 0, 0, 128, 128, 256, 512, 1024, 4096]
 
 
 def test_levels_round_trip_through_a_file(tmp_path):
+    """A cost model with context levels saves and loads with the same points, levels, context
+    and t(n, context); a one-level model writes no levels key."""
     cm = CostModel({1: 10.0, 8: 40.0}, source="x", context=64, levels={1064: {1: 20.0, 8: 60.0}})
     cm.save(tmp_path / "c.json")
     back = CostModel.load(tmp_path / "c.json")
@@ -167,6 +180,9 @@ def test_levels_round_trip_through_a_file(tmp_path):
     ({"points": {"1": 11.0}, "levels": []}, "not a cost model"),
 ])
 def test_bad_levels_are_refused_naming_the_file(tmp_path, body, why):
+    """A cost file whose levels lack n = 1, hold a non-number, fall with n, lie below the
+    points' context, have a non-numeric key, or whose context is fractional is refused with an
+    InputError that names the file and the fault."""
     f = tmp_path / "cost.json"
     f.write_text(json.dumps(body))
     with pytest.raises(InputError, match=why) as e:
@@ -188,6 +204,8 @@ def test_low_median_ignores_the_slow_half_of_busy_timings():
 
 
 def test_robust_points_are_non_decreasing_and_take_the_fast_half():
+    """robust_points takes a low statistic of each size's samples, ignoring slow outliers (t(1)
+    11 from 11, 11, 12, 90, 95), and lifts a point below a smaller n's (t(4) to t(2) = 19)."""
     samples = {1: [11, 11, 12, 90, 95], 2: [19, 18, 400, 19, 500], 4: [15, 16, 17, 26, 26],
                8: [43, 44, 42, 41, 900]}
     assert robust_points(samples) == {1: 11.0, 2: 19.0, 4: 19.0, 8: 42.0}  # t(4) lifted to t(2)
@@ -201,6 +219,9 @@ def test_robust_points_are_non_decreasing_and_take_the_fast_half():
     ({1: 10.0, 2: 20.0, 32: 500.0}, "t(32) = 50.0 t(1)"),
 ])
 def test_implausible_calibrations_are_named(points, why):
+    """implausible() accepts the reference CPU curve, a flat GPU curve and a one-thread ~n x
+    t(1) curve, and names the ratio of a curve a loaded machine measured (t(2) = 9.2 t(1), t(32)
+    = 50.0 t(1))."""
     assert implausible(points) == why
 
 
@@ -223,6 +244,9 @@ class BusyBatches:
 
 
 def test_calibration_on_the_real_target_is_plausible_or_says_why(target):
+    """Calibrating the real Target measures n 1..32, non-decreasing, and leaves its cache empty;
+    either plausible (with at most the long-context level, itself plausible and monotone) or
+    marked busy machine with the reference curve scaled to the measured t(1)."""
     cm = CostModel.calibrate(target)
     assert sorted(cm.points) == [1, 2, 4, 8, 16, 32] and cm.source == "calibrated:llama"
     assert list(cm.points.values()) == sorted(cm.points.values())
@@ -239,6 +263,8 @@ def test_calibration_on_the_real_target_is_plausible_or_says_why(target):
 
 
 def test_a_busy_machine_gets_the_reference_curve_after_measuring_only_n_up_to_2(target):
+    """When t(2) comes out implausible (a busy machine), calibration stops measuring after n 2
+    and returns the reference curve scaled to the measured t(1), with a note saying so."""
     seen = []
 
     class Counting(BusyBatches):

@@ -6,6 +6,8 @@ from assistd.ground.ledger import Ledger
 
 
 def test_empty_ledger_has_null_ratios():
+    """An empty ledger reports acceptance rate, mean acceptance length, coverage and tokens/s as
+    null, not zero."""
     led = Ledger()
     d = led.as_dict()
     assert d["acceptance_rate"] is None
@@ -43,6 +45,8 @@ def test_random_rounds_keep_invariants():
 
 
 def test_plain_only_coverage_is_zero_and_acceptance_null():
+    """Five plain steps give coverage 0, acceptance rate and mean acceptance length null, and 5
+    committed tokens."""
     led = Ledger()
     for _ in range(5):
         led.record_plain_step()

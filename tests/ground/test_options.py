@@ -11,12 +11,16 @@ from assistd.ground.options import K_LIMIT, parse_k
 @pytest.mark.parametrize("value,expected", [("auto", "auto"), (0, 0), (8, 8), ("8", 8),
                                             (" 16", 16), (K_LIMIT, K_LIMIT)])
 def test_k_accepts_auto_and_tokens(value, expected):
+    """parse_k takes 'auto' and whole numbers of tokens 0..K_LIMIT, as ints or decimal strings
+    (leading space allowed)."""
     assert parse_k(value) == expected
 
 
 @pytest.mark.parametrize("value", [-1, K_LIMIT + 1, "65", "1_0", "+3", "\u0663", "", "x",
                                    True, None, 2.0, "Auto"])
 def test_k_refuses_the_rest_naming_the_option(value):
+    """parse_k refuses negatives, over K_LIMIT, underscores, signs, non-ASCII digits, empty,
+    words, booleans, None, floats and 'Auto', with one message naming the option."""
     with pytest.raises(InputError, match=r"assistd\.k must be 'auto' or a number of tokens 0\.\.64"):
         parse_k(value, what="assistd.k")
 

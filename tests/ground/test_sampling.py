@@ -108,6 +108,9 @@ def biased(bias: float):
 
 @pytest.mark.parametrize("params", PARAMS, ids=["T1", "T0.7-k40-p0.95", "T1.3-p0.9"])
 def test_first_committed_token_matches_target_distribution(rows, params):
+    """For three temperature/top-k/top-p settings, the first token sample_accept commits with
+    likely, unlikely and impossible drafts follows the Target's distribution (chi-squared p
+    above ALPHA)."""
     _, logits = rows
     p = target_distribution(logits[0], params)
     drafts = drafts_for(p)
@@ -210,6 +213,8 @@ def test_engine_sampling_follows_p_through_the_real_loop(target, rows):
 
 
 def test_top_k_1_sampling_is_greedy_with_and_without_drafts(target, rows):
+    """Sampling with top_k 1 gives greedy's tokens plainly; with n-gram drafts it agrees with
+    greedy at least on the first token (later, near-ties may differ)."""
     from proposers.ngram import NgramProposer
 
     ids, _ = rows
@@ -223,6 +228,7 @@ def test_top_k_1_sampling_is_greedy_with_and_without_drafts(target, rows):
 
 
 def test_same_seed_same_output(target, rows):
+    """Two samplings with the same seed give the same tokens."""
     ids, _ = rows
     s = SamplingParams(temperature=1.0, top_p=0.95, seed=123)
     a = generate(target, ids, None, max_tokens=16, sampling=s)
