@@ -17,9 +17,10 @@ Corpus: every ``*.py`` file of this interpreter's standard library
   subset, finding secrets without replacing them: what calling the library per line costs.
 * redactions per MB over the whole corpus, by detect-secrets kind: on the standard library
   these are false positives (test vectors, example keys, hashes), the price of the detector.
-* ``--baseline REV`` (a git revision, or a path to a ``secrets.py``): the same corpus through
-  that version of the filter too, timed in the same run, so false positives per MB and MB/s
-  are compared before/after (e.g. ``--baseline e5ba8f5``, the last commit before issue 21).
+* ``--baseline REV`` (a git revision, or a path to a ``secrets.py`` or a ``secrets/`` package):
+  the same corpus through that version of the filter too, timed in the same run, so false
+  positives per MB and MB/s are compared before/after (e.g. ``--baseline e5ba8f5``, the last
+  commit before issue 21).
 """
 
 from __future__ import annotations
@@ -62,15 +63,29 @@ def timed(texts: list[str], **kwargs) -> tuple[float, list]:
 
 
 def load_baseline(spec: str):
-    """The ``secrets`` module of a git revision (``git show REV:storage/secrets.py``) or of
-    a file, imported under its own name beside the current one."""
+    """The secrets filter of a git revision (``storage/secrets.py``, or the ``storage/secrets/``
+    package it later became) or of a path (a ``secrets.py`` file or a package folder), imported
+    as ``baseline_secrets`` beside the current one (the package's imports are relative)."""
     path = Path(spec)
-    if not path.is_file():
-        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{spec}:storage/secrets.py"],
-                                capture_output=True, text=True, check=True).stdout
-        path = Path(tempfile.mkdtemp()) / "baseline_secrets.py"
-        path.write_text(source)
-    mod_spec = importlib.util.spec_from_file_location("baseline_secrets", path)
+    if not path.exists():
+        tmp = Path(tempfile.mkdtemp())
+        listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", spec,
+                                 "storage/"], capture_output=True, text=True, check=True).stdout
+        if "storage/secrets.py" in listed.split():
+            path = tmp / "baseline_secrets.py"
+            path.write_text(subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{spec}:storage/secrets.py"],
+                capture_output=True, text=True, check=True).stdout)
+        else:
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", spec, "storage/secrets"],
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+            path = tmp / "storage" / "secrets"
+    if path.is_dir():
+        mod_spec = importlib.util.spec_from_file_location(
+            "baseline_secrets", path / "__init__.py", submodule_search_locations=[str(path)])
+    else:
+        mod_spec = importlib.util.spec_from_file_location("baseline_secrets", path)
     module = importlib.util.module_from_spec(mod_spec)
     sys.modules["baseline_secrets"] = module  # dataclasses look their module up
     mod_spec.loader.exec_module(module)
@@ -117,7 +132,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=8, help="files with most redactions to list")
     ap.add_argument("--json", action="store_true", help="print the counters as JSON")
     ap.add_argument("--baseline", metavar="REV|FILE", default=None,
-                    help="also run this version of storage/secrets.py (git revision or file)")
+                    help="also run this version of the secrets filter (git revision, file or "
+                         "package folder)")
     args = ap.parse_args()
 
     files = corpus_texts(args.root)
