@@ -7,6 +7,8 @@ from assistd.runtime.session import cursor_offset
 
 
 def test_positions_in_lf_text():
+    """cursor_offset maps 1-based line and column to a character offset in LF text; the line
+    after a final newline exists, and no line or column means the end of the text."""
     text = "ab\ncd\n"
     assert cursor_offset(text, 1, 1) == 0
     assert cursor_offset(text, 2, 2) == 4
@@ -16,6 +18,8 @@ def test_positions_in_lf_text():
 
 
 def test_crlf_line_endings_are_not_columns():
+    """In CRLF text the CR is not a column: line 1 ends at column 3 (offset 2), line 2 starts at
+    offset 4, and column 4 of line 1 is refused as past its end."""
     text = "ab\r\ncd"
     assert cursor_offset(text, 1, 3) == 2
     assert cursor_offset(text, 2, 1) == 4
@@ -25,10 +29,13 @@ def test_crlf_line_endings_are_not_columns():
 
 
 def test_columns_count_characters_not_bytes():
+    """Columns count characters, not UTF-8 bytes: column 3 of 'héllo' is offset 2."""
     assert cursor_offset("héllo\nx", 1, 3) == 2
 
 
 def test_past_the_end_and_column_without_line():
+    """A line past the end, and a column without a line, raise InputError naming the fault
+    ('--column needs --line')."""
     with pytest.raises(InputError, match="line 3 is past the end"):
         cursor_offset("a\nb", 3, 1)
     with pytest.raises(InputError, match="--column needs --line"):
@@ -36,6 +43,7 @@ def test_past_the_end_and_column_without_line():
 
 
 def test_empty_text_has_one_empty_line():
+    """Empty text has one empty line: line 1 column 1 is offset 0, line 2 is refused."""
     assert cursor_offset("", 1, 1) == 0
     with pytest.raises(InputError):
         cursor_offset("", 2, 1)

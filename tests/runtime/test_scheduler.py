@@ -26,6 +26,8 @@ def _blocked(sched, gate: threading.Event, started: threading.Event):
 
 
 def test_priority_order_then_arrival(sched):
+    """Queued jobs run editor first, then shell, then agent, and in arrival order within a
+    priority."""
     gate, started, order = threading.Event(), threading.Event(), []
     _blocked(sched, gate, started)
     started.wait(5)
@@ -41,6 +43,8 @@ def test_priority_order_then_arrival(sched):
 
 
 def test_preempt_runs_only_more_urgent_jobs_on_the_same_thread(sched):
+    """preempt() inside a shell job runs only the more urgent editor job, on the engine thread,
+    while the job stays running; the agent job waits its turn; one preemption is counted."""
     seen = []
 
     def long_job():
@@ -60,6 +64,8 @@ def test_preempt_runs_only_more_urgent_jobs_on_the_same_thread(sched):
 
 
 def test_errors_reach_the_caller_and_cancelled_jobs_are_skipped(sched):
+    """A job's exception reaches its future's caller and is counted failed; a job cancelled
+    while queued never runs."""
     gate, started, ran = threading.Event(), threading.Event(), []
     _blocked(sched, gate, started)
     started.wait(5)
@@ -73,6 +79,8 @@ def test_errors_reach_the_caller_and_cancelled_jobs_are_skipped(sched):
 
 
 def test_stop_cancels_what_is_queued_and_refuses_new_work():
+    """stop() cancels jobs still queued and submit() afterwards raises RuntimeError ('shutting
+    down')."""
     s = Scheduler()
     s.start()
     gate, started = threading.Event(), threading.Event()

@@ -63,12 +63,18 @@ def _interleave_and_compare(path, n_ctx=1024):
         single.close()
 
 
+@pytest.mark.exact_numerics
 def test_each_sequence_gives_the_logits_of_a_one_sequence_target():
+    """SmolLM2: rows decoded in sequence 2 of a 3-sequence Target, with sequence 0 growing and
+    rolled back in between, equal a one-sequence Target's to the bit (both pin
+    ``numerics="exact"``)."""
     assert _interleave_and_compare(default_model_path()) == 0.0
 
 
+@pytest.mark.exact_numerics
 def test_each_sequence_is_exact_on_gemma_too(gemma_path):
-    """Gemma 3 (sliding-window layers, iSWA cache): the same holds."""
+    """Gemma 3 (sliding-window layers, iSWA cache): the same holds. Both Targets pin
+    ``numerics="exact"``."""
     assert _interleave_and_compare(gemma_path) == 0.0
 
 
@@ -96,6 +102,10 @@ class _FakeTarget:
 
 
 def test_the_pool_keeps_each_prompt_in_its_own_sequence():
+    """SequencePool (over a fake two-sequence Target: the choice needs no model) puts a new
+    prompt in an empty sequence first, a follow-up where its prefix is, evicts the least
+    recently used one (counted), never a pinned one, and reports owners and reserved KV
+    bytes."""
     t = _FakeTarget(2)
     pool = SequencePool(t)
     agent, editor = list(range(100)), [7] + list(range(500, 550))
@@ -139,11 +149,13 @@ def fresh_greedy(target, prompt, n):
     return out
 
 
+@pytest.mark.exact_numerics
 @pytest.mark.parametrize("sequences", ["4", "1"])
 def test_agent_editor_agent_keeps_the_agents_prefix_warm(tmp_path, sequences):
     """The issue's interleaving on one daemon engine: with 4 sequences the agent's second
     request evaluates only its new tokens, and its output is a fresh Target's; with 1
-    (today's daemon) the editor request evicted the agent's prompt."""
+    (today's daemon) the editor request evicted the agent's prompt. Service and fresh Target pin
+    ``numerics="exact"``: tokens and logits are compared bit for bit."""
     # Exact numerics: the output and logits are compared with a fresh Target's bit for
     # bit, which is exact numerics' promise.
     service = Service(Config(db=str(tmp_path / "h.db"), n_ctx=1024, sequences=sequences,

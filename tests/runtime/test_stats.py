@@ -166,11 +166,15 @@ def test_scope_filters_rows_and_shrinks_toward_the_global_prior(filled):
 
 
 def test_unknown_scope_names_the_scopes_with_data(filled):
+    """stats_report for a scope without ledger rows raises an InputError that lists the scopes
+    that have data."""
     with pytest.raises(InputError, match=r"no ledger rows for scope '/nowhere'.*'/src/a'"):
         stats_report(filled, scope="/nowhere")
 
 
 def test_scope_given_as_a_relative_path_resolves(ledger_store, tmp_path, monkeypatch):
+    """A scope given as a relative path resolves against the working directory to the stored
+    absolute scope."""
     repo = tmp_path / "repo"
     repo.mkdir()
     ledger_store.add(str(repo), "python", "suffix", TARGET, ledger([(2, 2, 5)]))
@@ -204,6 +208,7 @@ def test_plot_has_one_acceptance_curve_per_language_with_rounds(filled, tmp_path
 
 
 def test_plot_labels_language_and_proposer_when_several_proposers(filled, tmp_path):
+    """With several proposers the plot labels each curve 'language · proposer'."""
     filled.add(SCOPE_A, "python", "ngram", TARGET, ledger([(3, 2, 6)], plain=2))
     fig = plot_stats(stats_report(filled), tmp_path / "two.png")
     labels = sorted(ln.get_label() for ln in curves(fig.axes[0]))
@@ -211,12 +216,17 @@ def test_plot_labels_language_and_proposer_when_several_proposers(filled, tmp_pa
 
 
 def test_plot_into_a_missing_folder_is_an_input_error(filled, tmp_path):
+    """Plotting into a folder that does not exist raises InputError ('does not exist') and
+    creates no folder."""
     with pytest.raises(InputError, match="does not exist"):
         plot_stats(stats_report(filled), tmp_path / "no" / "such" / "dir" / "out.png")
     assert not (tmp_path / "no").exists()
 
 
 def test_print_stats_shows_both_tables_with_units(filled):
+    """print_stats shows both tables with units in the headers (coverage (R/S), speedup (×
+    plain), ...), python's coverage over both scopes (0.75) and the Target name unmangled by
+    emoji codes."""
     from rich.console import Console
 
     console = Console(width=200, record=True, emoji=False, markup=False)
@@ -241,6 +251,8 @@ def test_cli_json_is_one_object_with_the_report(filled, tmp_path):
 
 
 def test_cli_table_and_plot(filled, tmp_path):
+    """`assistd stats --plot FILE` prints the all-scopes table, says it wrote the file, and the
+    file is a PNG."""
     out = tmp_path / "tuner.png"
     r = assistd("stats", "--db", filled.store.path, "--plot", out)
     assert r.returncode == 0, r.stderr
@@ -250,6 +262,8 @@ def test_cli_table_and_plot(filled, tmp_path):
 
 
 def test_cli_bad_plot_path_is_one_line_error(filled, tmp_path):
+    """`assistd stats --plot` into a missing folder exits 2 with a one-line 'error: cannot write
+    the plot ... does not exist', no traceback."""
     r = assistd("stats", "--db", filled.store.path, "--plot", tmp_path / "missing" / "o.png")
     assert r.returncode == 2
     assert r.stderr.startswith("error: cannot write the plot") and "does not exist" in r.stderr
@@ -257,6 +271,8 @@ def test_cli_bad_plot_path_is_one_line_error(filled, tmp_path):
 
 
 def test_cli_empty_store_says_so_and_exits_0(tmp_path):
+    """`assistd stats` on a history without ledger rows exits 0 saying no ledger yet and to run
+    assistd complete; --json gives no entries."""
     db = tmp_path / "empty.db"
     HistoryStore(db).close()  # made by `index`, an editor or the daemon
     r = assistd("stats", "--db", db)
@@ -267,6 +283,8 @@ def test_cli_empty_store_says_so_and_exits_0(tmp_path):
 
 
 def test_cli_unknown_scope_is_one_line_error(filled):
+    """`assistd stats --scope` for a scope without data exits 2 with one line naming the scopes
+    with data."""
     r = assistd("stats", "--db", filled.store.path, "--scope", "/nowhere")
     assert r.returncode == 2 and "scopes with data" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
