@@ -20,6 +20,9 @@ from proposers.index import HistoryIndex
 
 @pytest.mark.parametrize("numerics", ["exact", "fast"])
 def test_a_gpu_offload_keeps_speculation_on_and_says_its_promise(monkeypatch, numerics):
+    """With GPU offload reported available (patched: no GPU here), a Target with all layers
+    offloaded keeps speculation on and promises batch-argmax under both exact and fast numerics
+    (a GPU's kernels are not batch-invariant), and n-gram drafting runs rounds."""
     import llama_cpp
 
     monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)

@@ -196,6 +196,9 @@ def test_completion_is_the_servers_own_and_speculation_is_off(llama_server, tmp_
 
 
 def test_streaming_reaches_stop_at_chunk_by_chunk_and_stops_end_it(llama_server, tmp_path):
+    """Against a real llama-cpp-python server, stop_at sees the text grow chunk by chunk up to
+    the final text; a stop string, or a stop_at boundary, ends the stream with the text cut
+    before it, as a local Target does."""
     rt = remote_runtime(tmp_path, llama_server, model=default_model_path())
     try:
         seen: list[str] = []
@@ -216,6 +219,8 @@ def test_streaming_reaches_stop_at_chunk_by_chunk_and_stops_end_it(llama_server,
 
 
 def test_cancel_closes_the_stream_and_the_caller_gets_its_answer(llama_server, tmp_path):
+    """Cancelling after 3 chunks returns the text so far with stop_reason cancelled, closes
+    assistd's stream thread, and the next request works."""
     rt = remote_runtime(tmp_path, llama_server, model=default_model_path())
     try:
         seen: list[str] = []
@@ -248,6 +253,9 @@ def test_cancel_while_the_server_is_silent(fault, tmp_path):
 
 
 def test_cli_complete_with_backend_openai(llama_server, tmp_path):
+    """`complete --backend openai` returns the server's own completion and says what a remote
+    run is: proposer remote, k 0, speculation off, no tuner estimate, decoded by the server, 16
+    tokens counted from max_tokens reached."""
     src = tmp_path / "fib.py"
     src.write_text(PROMPT)
     expected = server_completion(llama_server, PROMPT, 16)
@@ -306,6 +314,9 @@ def test_a_server_that_is_down_then_back(tmp_path):
     ("slow", r"sent nothing for 0\.5 s"),
 ])
 def test_faults_give_a_clear_error_and_no_retry_once_it_started(fault, tmp_path, mode, message):
+    """An HTTP 500, a stream broken after 2 chunks, an empty or unreadable stream, or a read
+    timeout each raise one RemoteTargetError that says which, without a retry; the Target stays
+    usable and the history is unchanged."""
     fault.mode, fault.delay_s = mode, 2.0
     rt = remote_runtime(tmp_path, fault.url, target_timeout_s=0.5)
     try:
@@ -323,6 +334,9 @@ def test_faults_give_a_clear_error_and_no_retry_once_it_started(fault, tmp_path,
 
 
 def test_429_is_retried_twice_with_retry_after_then_given_up(fault, tmp_path):
+    """HTTP 429 is retried after Retry-After up to twice (3 requests), then given up naming the
+    retries; a Retry-After of 120 s, longer than assistd waits, is not retried and says to retry
+    later."""
     fault.mode, fault.fail_first = "429", 2
     rt = remote_runtime(tmp_path, fault.url)
     try:
@@ -341,6 +355,8 @@ def test_429_is_retried_twice_with_retry_after_then_given_up(fault, tmp_path):
 
 
 def test_errors_reach_the_cli_as_one_line(fault, tmp_path):
+    """A remote Target's HTTP 500 reaches `assistd complete` as exit 2 and a last line 'error:
+    the remote Target ...', no traceback."""
     fault.mode = "500"
     src = tmp_path / "a.txt"
     src.write_text("hello")
@@ -356,6 +372,9 @@ def test_errors_reach_the_cli_as_one_line(fault, tmp_path):
 
 
 def test_the_key_file_must_be_private_and_the_key_goes_nowhere_else(fault, tmp_path, caplog):
+    """The key file must be mode 600 (else InputError naming chmod 600); the key, or
+    ASSISTD_TARGET_KEY, goes to the server as a Bearer token and nowhere else: not the repr,
+    errors, logs, nor a redirect target, which is never followed."""
     key = tmp_path / "key"
     key.write_text("s3cret-key\n")
     key.chmod(0o644)
@@ -386,6 +405,9 @@ def test_the_key_file_must_be_private_and_the_key_goes_nowhere_else(fault, tmp_p
 
 
 def test_plain_http_to_another_host_warns_once_and_tls_options(caplog, tmp_path):
+    """Plain http to a non-loopback host warns once ('warning: ... unencrypted') and a connect
+    timeout is said in seconds; a missing CA bundle, a non-http scheme and credentials in the
+    URL are refused, the password not echoed."""
     caplog.set_level(logging.WARNING, logger="assistd.targets.remote")
     for _ in range(2):  # TEST-NET-1 (RFC 5737): never routed; the probe just fails
         t = RemoteTarget("http://192.0.2.7:9/v1", timeout_s=0.2)
@@ -416,6 +438,9 @@ def test_the_proxy_and_ca_variables_are_honoured(fault, monkeypatch):
 
 
 def test_without_a_tokenizer_prompts_are_budgeted_in_characters(fault, tmp_path, caplog):
+    """A server without tokenize endpoints gets prompts budgeted at 4 characters a token (10
+    tokens: the last 40 characters, ending with the cursor's text), with one warning, and
+    completions still work."""
     caplog.set_level(logging.WARNING, logger="assistd.targets.remote")
     rt = remote_runtime(tmp_path, fault.url)
     try:
@@ -732,6 +757,8 @@ def test_committed_tokens_are_the_servers_not_its_chunks(llama_server, tmp_path)
 
 
 def test_a_target_model_the_server_does_not_list_is_said(llama_server, caplog):
+    """A --target-model the server does not list is marked model_listed false with a warning
+    naming it; without one, the server's first model is used."""
     with caplog.at_level(logging.WARNING, logger="assistd.targets.remote"):
         t = RemoteTarget(llama_server, model_name="nosuchmodel")
     try:

@@ -187,6 +187,8 @@ def ask(c: Completer, repo, text=DOC, offset=None, buffers=None):
 
 
 def test_cross_file_snippets_reach_the_server_secret_filtered(proxy, tmp_path):
+    """Cross-file snippets (another open buffer's class) go into the remote prompt with their
+    secrets redacted; no request body holds the secret."""
     repo = make_repo(tmp_path / "r", {"geometry.py": DOC, "shapes.py": SHAPES})
     c = completer_on(tmp_path, proxy.url)
     try:
@@ -247,6 +249,8 @@ def test_no_fim_tokens_on_the_real_server_is_prefix_only_said_once(
 
 
 def test_a_configured_fim_family_lays_out_the_prompt_on_the_real_server(proxy, tmp_path):
+    """With target_fim starcoder the prompt sent is the starcoder prefix, the text before the
+    cursor, the suffix marker, the text after, and the middle marker."""
     repo = make_repo(tmp_path / "r", {"geometry.py": DOC})
     c = completer_on(tmp_path, proxy.url, target_fim="starcoder")
     try:
@@ -259,6 +263,8 @@ def test_a_configured_fim_family_lays_out_the_prompt_on_the_real_server(proxy, t
 
 
 def test_fim_tokens_the_server_reports_are_used(tmp_path, caplog):
+    """FIM markers the server reports (qwen's) lay out the prompt, logged as FIM layout qwen;
+    target_fim none turns FIM off whatever the server has."""
     caplog.set_level(logging.INFO, logger="assistd.targets.remote")
     markers = FIM_FAMILIES["qwen"]
     server = FimServer(markers)
@@ -280,6 +286,8 @@ def test_fim_tokens_the_server_reports_are_used(tmp_path, caplog):
 
 
 def test_bad_context_and_fim_settings_are_refused(tmp_path):
+    """A bad target_context or target_fim is refused naming the allowed values (in the config
+    file's flag name); a bad editor setting falls back to 'all' with a warning."""
     from assistd.ground.errors import InputError
     from assistd.serving.config import load_config
 

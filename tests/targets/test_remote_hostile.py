@@ -182,6 +182,8 @@ def test_a_server_that_trickles_chunks_forever_meets_the_deadline(hostile):
 
 
 def test_the_deadline_holds_while_the_server_sends_no_headers(hostile):
+    """A server that sends no headers for 8 s is cut off at the 1 s deadline (error kind
+    deadline)."""
     hostile.completions = lambda a: time.sleep(8)
     t = target(hostile, timeout_s=30.0, deadline_s=1.0)
     try:
@@ -222,6 +224,8 @@ def test_the_default_deadline_is_the_documented_formula(hostile):
 
 
 def test_a_server_that_ignores_max_tokens_is_read_only_to_max_tokens(hostile):
+    """A server streaming forever is read only to max_tokens (16 chunks of 'ab', stop_reason
+    max_tokens) and the connection is closed."""
     hostile.completions = lambda a: a.forever(chunk("ab"))
     t = target(hostile, deadline_s=60.0)
     try:
@@ -233,6 +237,7 @@ def test_a_server_that_ignores_max_tokens_is_read_only_to_max_tokens(hostile):
 
 
 def test_one_huge_chunk_is_cut_at_max_tokens_worth_of_text(hostile):
+    """One chunk of half MAX_LINE_BYTES is cut to max_tokens x MAX_TOKEN_CHARS characters."""
     hostile.completions = lambda a: a.stream([chunk("y" * (MAX_LINE_BYTES // 2)),
                                               chunk("", "length"), DONE])
     t = target(hostile, deadline_s=60.0)
@@ -244,6 +249,8 @@ def test_one_huge_chunk_is_cut_at_max_tokens_worth_of_text(hostile):
 
 
 def test_an_endless_event_line_is_refused_at_its_cap(hostile):
+    """An event line that never ends is refused near its cap (kind too_large, under 64 MiB read
+    of 256 MiB sent) and the connection closed."""
     hostile.completions = lambda a: a.forever(b"x" * MIB, first=b"data: ", limit=256 * MIB)
     t = target(hostile, deadline_s=60.0)
     try:
@@ -257,6 +264,8 @@ def test_an_endless_event_line_is_refused_at_its_cap(hostile):
 
 
 def test_a_huge_error_body_is_read_only_to_its_cap(hostile):
+    """A 300 MiB HTTP 500 body is read only to its cap; the error is one line under 500
+    characters naming HTTP 500."""
     hostile.completions = lambda a: a.forever(b"e" * MIB, status=500, limit=300 * MIB,
                                               content_type="text/plain")
     t = target(hostile, deadline_s=60.0)
@@ -271,6 +280,8 @@ def test_a_huge_error_body_is_read_only_to_its_cap(hostile):
 
 
 def test_a_huge_models_list_is_refused_at_its_cap(hostile):
+    """A models list past MAX_BODY_BYTES is refused at the probe: the last error names the cap
+    in MiB, the server still counts as reachable, under 64 MiB read."""
     hostile.models = lambda a: a.forever(b'{"id": "m"},' * 100_000, first=b'{"data": [',
                                          limit=300 * MIB, content_type="application/json")
     t = target(hostile)  # the probe runs in the constructor
@@ -283,6 +294,8 @@ def test_a_huge_models_list_is_refused_at_its_cap(hostile):
 
 
 def test_a_retry_after_past_the_deadline_is_not_waited_for(hostile):
+    """A 503 with Retry-After 8 s past a 1 s deadline is not waited for: one request, a deadline
+    or http error."""
     hostile.completions = lambda a: a.json(503, {"error": "busy"}, {"Retry-After": "8"})
     t = target(hostile, deadline_s=1.0)
     try:
@@ -297,6 +310,7 @@ def test_a_retry_after_past_the_deadline_is_not_waited_for(hostile):
 
 
 def test_a_chunk_whose_text_is_a_number_is_a_one_line_error(hostile):
+    """A stream chunk whose text is a number is a one-line malformed error naming text."""
     hostile.completions = lambda a: a.stream([b'data: {"choices":[{"text": 5}]}\n\n', DONE])
     t = target(hostile, deadline_s=10.0)
     try:
@@ -308,6 +322,8 @@ def test_a_chunk_whose_text_is_a_number_is_a_one_line_error(hostile):
 
 
 def test_a_models_list_of_the_wrong_shape_is_said_not_raised(hostile):
+    """A models list of the wrong shape, or ids and n_ctx of the wrong types, is recorded as
+    last_error without raising: no model name, n_ctx stays 2048."""
     hostile.models = lambda a: a.json(200, {"data": 5})
     t = target(hostile)
     try:
@@ -356,6 +372,7 @@ def test_any_chunk_is_a_result_or_a_one_line_error(hostile):
 
 
 def test_a_100_kb_url_is_a_one_line_input_error():
+    """A 100 kB URL (long path or long host) is refused with a short InputError."""
     with pytest.raises(InputError) as e:
         base_url("http://127.0.0.1:8080/" + "a" * 100_000)
     assert len(str(e.value)) < 400
@@ -379,6 +396,8 @@ def keyed_target(server, **kw):
 
 
 def test_a_key_on_the_cut_of_a_long_error_is_replaced_whole(keyed, caplog):
+    """The API key in a long server error, where the message is cut, is replaced whole by [the
+    key]: no 6-character piece of it in the error, status or logs."""
     keyed.completions = lambda a: a.json(500, {"error": {"message": "x" * 190 + " " + KEY}})
     t = keyed_target(keyed, deadline_s=10.0)
     try:
@@ -391,6 +410,8 @@ def test_a_key_on_the_cut_of_a_long_error_is_replaced_whole(keyed, caplog):
 
 
 def test_a_retry_after_that_holds_the_key_is_not_printed(keyed):
+    """A Retry-After header holding the API key is not printed: the HTTP 429 error and status
+    carry no piece of it."""
     keyed.completions = lambda a: a.json(429, {"error": "slow"}, {"Retry-After": KEY})
     t = keyed_target(keyed, deadline_s=10.0)
     try:
@@ -402,6 +423,8 @@ def test_a_retry_after_that_holds_the_key_is_not_printed(keyed):
 
 
 def test_a_model_id_that_is_the_key_is_shown_without_it(keyed, caplog):
+    """A model id equal to (or containing) the API key is shown as [the key] in status, warnings
+    and repr; no piece of the key appears."""
     keyed.models = lambda a: a.json(200, {"data": [{"id": KEY}, {"id": "x" + KEY}]})
     with caplog.at_level(logging.DEBUG):
         t = keyed_target(keyed, model_name="other")  # the warning lists the server's ids
@@ -458,6 +481,8 @@ def test_any_echo_of_the_key_or_a_piece_of_it_is_replaced(keyed, caplog):
 
 
 def test_escape_sequences_in_a_model_id_and_an_error_are_escaped(hostile, caplog):
+    """Terminal escape sequences and lone surrogates in a model id or an error message are shown
+    escaped (as \\x1b), never raw; printable() escapes control and bidi characters."""
     hostile.models = lambda a: a.json(200, {"data": [{"id": "m" + ESC}]})
     hostile.completions = lambda a: a.json(500, {"error": {"message": "bad" + ESC + "\ud800"}})
     with caplog.at_level(logging.DEBUG):
@@ -479,6 +504,8 @@ def cli(*args, env=None):
 
 
 def test_the_cli_prints_a_hostile_error_as_one_escaped_line(hostile, tmp_path):
+    """`assistd complete` against a hostile server exits 2 with one escaped error line, no raw
+    ESC and no traceback, for a malformed chunk, an escape-laden error and a 100 kB URL."""
     hostile.models = lambda a: a.json(200, {"data": [{"id": "m" + ESC}]})
     hostile.completions = lambda a: a.stream([b'data: {"choices":[{"text": 5}]}\n\n', DONE])
     src = tmp_path / "a.txt"

@@ -105,6 +105,8 @@ def test_rollback_then_new_tokens_equals_fresh_evaluation(torch_target):
 
 
 def test_failed_evaluation_leaves_the_cache_as_it_was(torch_target):
+    """A row out of range or an evaluation past n_ctx raises ValueError and leaves n_past and
+    the torch KV cache's length as they were."""
     t = torch_target
     ids = t.tokenize(CODE)
     t.truncate(0)
@@ -158,7 +160,7 @@ def test_tokenizer_agrees_with_llama_cpp(torch_target, target):
     assert t.fingerprint == target.fingerprint
     assert t.eos_token_ids == target.eos_token_ids == frozenset({0, 2, 4})
     assert (t.bos_token_id, t.add_bos, t.n_vocab) == (target.bos_token_id, target.add_bos, target.n_vocab)
-    texts = SNIPPETS + [p.read_text(encoding="utf-8") for p in sorted((REPO / "assistd").glob("*.py"))]
+    texts = SNIPPETS + [p.read_text(encoding="utf-8") for p in sorted((REPO / "assistd").rglob("*.py"))]
     for text in texts:
         assert t.tokenize(text) == target.tokenize(text), text[:60]
 
@@ -282,6 +284,8 @@ def test_truncated_gguf_is_a_model_error(tmp_path, monkeypatch):
 
 
 def test_missing_or_invalid_model_paths_are_model_errors(tmp_path):
+    """A missing file, a non-GGUF file, a folder without config.json, an unknown device or dtype
+    each raise ModelError saying which."""
     with pytest.raises(ModelError, match="not found"):
         TorchTarget(tmp_path / "nope.gguf")
     (tmp_path / "text.gguf").write_text("hello")
@@ -296,12 +300,16 @@ def test_missing_or_invalid_model_paths_are_model_errors(tmp_path):
 
 
 def test_missing_torch_is_a_model_error_naming_the_fix(monkeypatch):
+    """Without torch importable, TorchTarget raises ModelError naming assistd[torch] and the
+    torch version to install."""
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     with pytest.raises(ModelError, match=r"assistd\[torch\].*torch==2\.13\.0"):
         TorchTarget(default_model_path())
 
 
 def test_environment_names_the_cache_root(monkeypatch, tmp_path):
+    """ASSISTD_CACHE_DIR names the converted-weights cache root; without it, an absolute folder
+    named assistd."""
     monkeypatch.setenv("ASSISTD_CACHE_DIR", str(tmp_path))
     assert hf.cache_root() == tmp_path
     monkeypatch.delenv("ASSISTD_CACHE_DIR")

@@ -54,10 +54,13 @@ def torch_target(shared_cache_dir):
     t.close()
 
 
-@pytest.fixture(params=["llama-batch", "llama-fallback", "torch"])
+@pytest.fixture(params=[pytest.param("llama-batch", marks=pytest.mark.exact_numerics),
+                        pytest.param("llama-fallback", marks=pytest.mark.exact_numerics),
+                        "torch"])
 def any_target(request):
     """The one-batch llama.cpp path, the base class's fallback (the session Target,
-    no branch ids) and torch."""
+    no branch ids) and torch. Both llama.cpp Targets pin ``numerics="exact"``: their rows
+    are compared bit for bit (marked ``exact_numerics``)."""
     name = {"llama-batch": "tree_llama", "llama-fallback": "target", "torch": "torch_target"}
     return request.getfixturevalue(name[request.param])
 
@@ -150,6 +153,9 @@ def compare_rows(t, tree_rows: np.ndarray, chains, label: str) -> tuple[float, l
 
 
 def test_every_node_row_equals_its_root_path_as_a_chain(any_target):
+    """Every node's logits row from one tree evaluation (realistic, wrong-first, random,
+    root-only and chain trees) equals the row of its root path evaluated as a chain: bit for
+    bit on llama.cpp (exact numerics), on torch within 1e-4 of the row's scale."""
     t = any_target
     rng = np.random.default_rng(23)
     ids = prompt_ids(t, "assistd/decoding/engine.py", 200)
@@ -178,6 +184,9 @@ def test_every_node_row_equals_its_root_path_as_a_chain(any_target):
 
 @pytest.mark.parametrize("wrong_first", [False, True], ids=["path first", "path second"])
 def test_cache_after_keep_path_equals_a_fresh_evaluation(any_target, wrong_first):
+    """After a tree round and keep_path, the cache holds the kept path and the next row equals a
+    fresh evaluation of it (bit for bit on llama.cpp, exact numerics), whichever branch came
+    first."""
     t = any_target
     rng = np.random.default_rng(7)
     ids = prompt_ids(t, "assistd/targets/base.py", 200)
@@ -227,7 +236,8 @@ def tree_decode(t, ids: list[int], n: int, make_tree) -> tuple[list[int], int]:
 def test_tree_rounds_commit_plain_greedy_tokens(any_target, rel):
     """Trees from an oracle that knows plain greedy's output, cut at random depths, with
     wrong siblings before and after the right child and a random subtree: the committed
-    tokens are plain greedy's (torch: up to a first difference at a near-tie)."""
+    tokens are plain greedy's (torch: up to a first difference at a near-tie). The llama.cpp
+    Targets pin ``numerics="exact"``."""
     t = any_target
     ids = prompt_ids(t, rel, 200)
     n = 24
@@ -266,11 +276,17 @@ def test_tree_rounds_commit_plain_greedy_tokens(any_target, rel):
     ((1, -2), (-1, 0), ">= 0"),
 ])
 def test_malformed_trees_are_refused(tokens, parents, match):
+    """TokenTree refuses an empty tree, a parents/tokens length mismatch, a root with a parent,
+    a parent that is not an earlier node, two roots, siblings with the same token and a negative
+    token, with ValueError saying which."""
     with pytest.raises(ValueError, match=match):
         TokenTree(tokens, parents)
 
 
 def test_bad_trees_and_trees_past_n_ctx_leave_the_cache_as_it_was(any_target, monkeypatch):
+    """An out-of-vocabulary token, more children than branch ids, a keep_path off the tree, a
+    second keep_path or a tree past n_ctx raises and leaves the cache and the next logits as
+    they were (bit for bit on llama.cpp, exact numerics; within 1e-4 on torch)."""
     t = any_target
     ids = prompt_ids(t, "assistd/decoding/engine.py", 200)
     t.truncate(0)
@@ -340,13 +356,16 @@ def test_branch_ids_are_released_after_each_round(tree_llama):
 
 
 def test_branch_ids_need_one_sequence():
+    """tree_branches with sequences 2 is refused: branch ids need one KV sequence."""
     with pytest.raises(ValueError, match="one KV sequence"):
         LlamaTarget(default_model_path(), n_ctx=256, sequences=2, tree_branches=4)
 
 
+@pytest.mark.exact_numerics
 def test_other_sequences_are_untouched_by_a_tree_round():
     """A 3-sequence Target (trees by the fallback): a tree round in sequence 0 leaves
-    sequences 1 and 2 as they were, bit for bit (exact numerics' promise)."""
+    sequences 1 and 2 as they were, bit for bit (exact numerics' promise). Target and reference
+    pin ``numerics="exact"``."""
     t = LlamaTarget(default_model_path(), n_ctx=512, sequences=3, numerics="exact")
     try:
         a, b = prompt_ids(t, "assistd/decoding/engine.py", 150), prompt_ids(t, "storage/store.py", 100)
@@ -394,9 +413,11 @@ def gemma_tree_targets(gemma_path, shared_cache_dir):
         t.close()
 
 
+@pytest.mark.exact_numerics
 def test_gemma_rows_and_cache_past_the_sliding_window(gemma_tree_targets):
     """A 600-token prompt (past Gemma 3's 512-token window): tree rows equal chain rows,
-    and greedy tree rounds commit plain greedy's tokens, on both backends."""
+    and greedy tree rounds commit plain greedy's tokens, on both backends. The llama.cpp Target
+    pins ``numerics="exact"`` (bit for bit); torch is held to near-ties."""
     for t in gemma_tree_targets:
         rng = np.random.default_rng(5)
         ids = prompt_ids(t, "assistd/decoding/engine.py", 600)
