@@ -13,6 +13,8 @@ from assistd.ground.errors import InputError
 
 
 def test_precedence_file_then_environment_then_flags(tmp_path):
+    """Settings come from the file, then the environment over it, then flags over both; an unset
+    flag overrides nothing, and the sources are listed lowest first."""
     f = tmp_path / "config.toml"
     f.write_text('n_ctx = 1024\nproposer = "ngram"\nrepos = ["/a", "/b"]\nk = "8"\n'
                  'agent_transcripts = false\n')
@@ -28,6 +30,8 @@ def test_precedence_file_then_environment_then_flags(tmp_path):
 
 
 def test_missing_default_file_is_fine_but_a_named_one_is_not(tmp_path):
+    """Without the default config file the defaults apply; a config file named but missing is an
+    InputError ('does not exist')."""
     c, sources = load_config(None, {}, {})  # XDG_CONFIG_HOME is a fresh tmp dir (conftest)
     assert c == Config() and sources == ["defaults"]
     with pytest.raises(InputError, match="does not exist"):
@@ -50,6 +54,9 @@ def test_missing_default_file_is_fine_but_a_named_one_is_not(tmp_path):
     ("target_url = 'http://127.0.0.1:1'", "target_url is set but backend is 'llama'"),
 ])
 def test_bad_files_name_the_key(tmp_path, text, needle):
+    """A config file that is not TOML, has an unknown key or a value of the wrong type or range,
+    or sets target_url with the local backend is refused with a message naming the key and what
+    it must be."""
     f = tmp_path / "c.toml"
     f.write_text(text)
     with pytest.raises(InputError) as e:
@@ -58,12 +65,15 @@ def test_bad_files_name_the_key(tmp_path, text, needle):
 
 
 def test_k_may_be_a_toml_integer(tmp_path):
+    """k = 8 as a TOML integer is taken (as the string '8')."""
     f = tmp_path / "c.toml"
     f.write_text("k = 8\n")
     assert load_config(f, {}, {})[0].k == "8"
 
 
 def test_bad_environment_value_names_the_variable():
+    """A bad ASSISTD_N_CTX is refused naming the variable: '$ASSISTD_N_CTX: n_ctx must be an
+    integer'."""
     with pytest.raises(InputError, match=r"\$ASSISTD_N_CTX: n_ctx must be an integer"):
         load_config(None, {}, {"ASSISTD_N_CTX": "many"})
 
@@ -75,6 +85,9 @@ def _serve(*args, env=None):
 
 
 def test_print_config_shows_the_effective_toml(tmp_path):
+    """`serve --print-config` prints valid TOML of the effective settings, a first line listing
+    the sources lowest first, and each value set outside the defaults commented with its
+    source."""
     f = tmp_path / "c.toml"
     f.write_text('max_history_mb = 100\n')
     r = _serve("--config", str(f), "--tcp", "127.0.0.1:9999", "--print-config",
@@ -94,6 +107,8 @@ def test_print_config_shows_the_effective_toml(tmp_path):
 
 
 def test_serve_refuses_a_non_loopback_address_and_a_public_token_file(tmp_path):
+    """`serve --tcp 0.0.0.0:...` exits 2 (not a loopback address) and a token file readable by
+    others exits 2 (chmod 600), neither leaving a socket."""
     r = _serve("--tcp", "0.0.0.0:9999", "--socket", str(tmp_path / "s.sock"),
                "--log-file", str(tmp_path / "log"))
     assert r.returncode == 2 and "not a loopback address" in r.stderr
@@ -107,6 +122,8 @@ def test_serve_refuses_a_non_loopback_address_and_a_public_token_file(tmp_path):
 
 
 def test_serve_with_a_missing_or_corrupt_model_says_so_and_leaves_no_socket(tmp_path):
+    """`serve` with a missing or corrupt model file exits 2 with an error naming the file and
+    leaves no socket."""
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
     for model in (tmp_path / "missing.gguf", bad):

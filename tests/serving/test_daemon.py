@@ -58,6 +58,9 @@ def sse(lines) -> list[dict]:
 @pytest.mark.local_target("the model file's name, the ledger's rounds and accepted tokens,"
                           " the proposer and k: local draft verification")
 def test_models_health_and_completion_with_ledger(uds, daemon):
+    """The daemon's /healthz is ok, /v1/models lists the model file's name, and a completion
+    returns OpenAI's shape with usage and an assistd ledger whose counts add up; ngram with k 8
+    drafts and gives the same text."""
     assert uds.get("/healthz").json()["status"] == "ok"
     mid = model_id(uds)
     assert mid == "SmolLM2-135M-Instruct.Q4_1"
@@ -85,7 +88,11 @@ def test_models_health_and_completion_with_ledger(uds, daemon):
     assert ledger["rounds"] >= 1 and ledger["accepted_tokens"] >= 1
 
 
+@pytest.mark.exact_numerics
 def test_streamed_completion_is_the_same_text(uds):
+    """A streamed completion's pieces join to the non-streamed text, which stops before the stop
+    string with finish_reason stop. The daemon pins ``--numerics exact``: the two runs batch
+    differently."""
     mid = model_id(uds)
     # A continuation the model is sure of (no near-ties: the two runs draft differently).
     req = {"model": mid, "prompt": PATTERN * 4 + "def f4():\n    return", "max_tokens": 40,
@@ -103,6 +110,9 @@ def test_streamed_completion_is_the_same_text(uds):
 
 
 def test_chat_uses_the_models_template_and_streams(uds):
+    """Chat completions apply the model's chat template (25+ prompt tokens for SmolLM2) and the
+    streamed deltas join to the non-streamed message, with usage in a final choice-less
+    event."""
     mid = model_id(uds)
     msgs = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
     r = uds.post("/v1/chat/completions", json={"model": mid, "messages": msgs,
@@ -129,6 +139,8 @@ def test_chat_uses_the_models_template_and_streams(uds):
 
 
 def test_openai_client_over_tcp_with_the_token(daemon):
+    """The openai client over TCP with the daemon's token lists models, chats with usage and the
+    assistd ledger, and streams completions with the proposer it asked for."""
     token = daemon.token_file.read_text().strip()
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{daemon.port}/v1", api_key=token)
     mid = client.models.list().data[0].id
@@ -147,6 +159,8 @@ def test_openai_client_over_tcp_with_the_token(daemon):
 
 
 def test_tcp_refuses_without_the_right_token_and_files_are_private(daemon):
+    """Over TCP a missing or wrong token gets 401 (invalid_api_key), and the socket, token and
+    log files are mode 600 in a 700 folder."""
     url = f"http://127.0.0.1:{daemon.port}"
     assert httpx.get(f"{url}/v1/models").status_code == 401
     bad = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer nope"})
@@ -193,6 +207,9 @@ def test_tcp_refuses_without_the_right_token_and_files_are_private(daemon):
        "assistd.k must be 'auto' or a number of tokens 0..64") for k in (99, -1, True, "8", "x", 4.5)],
 ])
 def test_bad_requests_get_4xx_with_a_message(uds, body, status, needle):
+    """Each malformed completion request (bad JSON, unknown model, bad max_tokens, prompt too
+    long, n > 1, bad k, ...) gets its 4xx with a message naming the fault, and the daemon still
+    answers the next one."""
     r = uds.post("/v1/completions", content=body, headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
     assert needle in r.json()["error"]["message"]
@@ -201,6 +218,8 @@ def test_bad_requests_get_4xx_with_a_message(uds, body, status, needle):
 
 
 def test_oversized_body_and_bad_chat(uds):
+    """A 9 MB body gets 413; chat with no messages, an image part, an unknown role or no content
+    gets 400 naming it; /v1/models/assistd aliases the model, an unknown id is 404."""
     r = uds.post("/v1/completions", content=b"x" * 9_000_000)
     assert r.status_code == 413
     r = uds.post("/v1/chat/completions", json={"model": "assistd", "messages": []})
@@ -240,7 +259,11 @@ def test_message_text_cannot_forge_control_tokens(uds):
 # -- concurrency: no cross-talk; an editor request is not starved ---------------------------
 
 
+@pytest.mark.exact_numerics
 def test_16_concurrent_clients_get_their_own_answers(daemon, uds):
+    """16 clients at once (half streaming) each get the text their prompt got alone, and the
+    answers are distinct. The daemon pins ``--numerics exact``: concurrent and lone runs batch
+    differently."""
     mid = model_id(uds)
     prompts = [f"# Function number {i} returns {i * 7}\ndef function_{i}():\n    return"
                for i in range(16)]
@@ -269,6 +292,7 @@ def test_16_concurrent_clients_get_their_own_answers(daemon, uds):
     assert len(set(expected)) > 8  # distinct answers, so a swap would show
 
 
+@pytest.mark.exact_numerics
 @pytest.mark.local_target("preemption between local decoding rounds; a server decodes each"
                           " request whole, in its own order")
 def test_editor_request_runs_between_the_rounds_of_a_long_generation(daemon, uds):
@@ -278,7 +302,8 @@ def test_editor_request_runs_between_the_rounds_of_a_long_generation(daemon, uds
     The prompt continues a pattern the model is sure of: the KV cache is restored by
     evaluating the evicted tokens as one batch, whose float rounding differs from
     token-by-token evaluation, so at a near-tie (a story, say) greedy output may differ;
-    away from near-ties it must be identical."""
+    away from near-ties it must be identical. The daemon pins ``--numerics exact``, so the
+    output is asserted equal."""
     mid = model_id(uds)
     long_req = {"model": mid, "prompt": PATTERN * 4 + "def f4():\n    return",
                 "max_tokens": 300, "temperature": 0, "assistd": {"proposer": "none"}}
@@ -311,7 +336,12 @@ def test_editor_request_runs_between_the_rounds_of_a_long_generation(daemon, uds
 # -- the CLI as a client --------------------------------------------------------------------
 
 
+@pytest.mark.exact_numerics
 def test_complete_and_status_use_the_daemon(daemon, tmp_path):
+    """`complete` goes through the daemon (its request count rises) and `complete --no-daemon`
+    in another process gives the same text; `status` names the exact numerics and their promise;
+    `--daemon --n-ctx` is refused with exit 2. Both processes pin ``--numerics exact``:
+    cross-process equality is their promise."""
     f = daemon.repo / "pattern.py"
     before = daemon.status()["requests"]["complete"]
     cmd = [sys.executable, "-m", "assistd", "complete", "--file", str(f), "--line", "14",
@@ -350,6 +380,7 @@ def test_complete_and_status_use_the_daemon(daemon, tmp_path):
 
 
 def test_status_without_a_daemon(tmp_path):
+    """`assistd status` with no daemon on the socket exits 1 saying no daemon answers."""
     env = {**os.environ, "ASSISTD_SOCKET": str(tmp_path / "none.sock")}
     r = subprocess.run([sys.executable, "-m", "assistd", "status"], env=env,
                        capture_output=True, text=True, timeout=60)
@@ -357,6 +388,8 @@ def test_status_without_a_daemon(tmp_path):
 
 
 def test_a_second_daemon_on_the_same_socket_is_refused(daemon, tmp_path):
+    """A second `serve` on a socket a daemon answers exits 2 ('already answers') and the first
+    daemon is untouched."""
     r = subprocess.run([sys.executable, "-m", "assistd", "serve", "--socket", str(daemon.socket),
                         "--db", str(tmp_path / "other.db"), "--no-agent-transcripts",
                         "--log-file", str(tmp_path / "log")],
@@ -416,6 +449,9 @@ def _documents(db) -> list[tuple[str, str]]:
 @pytest.mark.local_target("a remote Target with the server's tokenizer ingests no history"
                           " (nothing drafts against it; its watcher is off)")
 def test_kill_9_while_ingesting_then_restart_loses_and_duplicates_nothing(tmp_path):
+    """A daemon killed with SIGKILL mid-scan of a 400-file repository, restarted on the same
+    database, ends with every file stored once with its tokens; SIGTERM then exits cleanly and
+    removes the socket."""
     files = {f"pkg/m{i:03d}.py": f"def f{i}(x):\n    return x * {i}\n" * 40 for i in range(400)}
     repo = make_repo(tmp_path / "repo", files)
     d = start_daemon(tmp_path / "d1", "--repo", str(repo))

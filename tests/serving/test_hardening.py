@@ -86,6 +86,9 @@ def _connect(daemon, kind: str) -> socket.socket:
 
 
 def test_1000_slow_clients_do_not_starve_authenticated_requests(daemon, tcp, uds):
+    """1,000 TCP and 200 Unix-socket clients stuck mid-headers do not stop authenticated
+    requests being answered; every slow one is closed (at the cap or after the header timeout)
+    and counted, and the log grows by under 20 kB."""
     before = daemon.status()["connections"]
     assert before["cap"] == CAP and before["header_timeout_s"] == HEADER_TIMEOUT_MS / 1000
     log_size = daemon.log.stat().st_size
@@ -125,6 +128,8 @@ def test_1000_slow_clients_do_not_starve_authenticated_requests(daemon, tcp, uds
 
 
 def test_a_request_body_that_never_ends_and_an_idle_keepalive_are_closed(daemon, tcp):
+    """A request whose body never arrives and an idle kept-alive connection are both closed
+    within the header timeout; the daemon still answers."""
     body = _connect(daemon, "tcp")
     body.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
                  + daemon.token.encode() + b"\r\nContent-Length: 1000\r\n\r\n{\"model\":")
@@ -291,6 +296,8 @@ def test_a_lone_surrogate_in_a_prompt_is_text_on_every_endpoint(uds, path, body)
 
 @pytest.mark.parametrize("path,name,body", BAD, ids=[f"{p}:{n}" for p, n, _ in BAD])
 def test_malformed_requests_get_a_clear_4xx(uds, path, name, body):
+    """Each malformed body on the completion, chat and assistd-complete routes gets a JSON 4xx
+    whose message names no Python exception."""
     r = uds.post(path, content=body, headers={"content-type": "application/json"})
     _assert_clear_4xx(r)
 
@@ -303,6 +310,8 @@ def test_malformed_requests_get_a_clear_4xx(uds, path, name, body):
     ("GET", "/v1/assistd/stats?scope=%00"),
 ])
 def test_wrong_methods_paths_and_queries_get_a_clear_4xx(uds, method, path):
+    """Wrong methods, unknown paths, a huge or NUL-holding scope query each get a JSON 4xx with
+    a clear message."""
     _assert_clear_4xx(uds.request(method, path, content=b"{}"))
 
 
@@ -333,6 +342,9 @@ def test_the_good_bodies_of_the_matrix_are_answered(uds):
     ({}, 200, None),
 ])
 def test_tcp_refuses_foreign_host_and_origin(tcp, headers, status, code):
+    """Over TCP a non-loopback Host or Origin (DNS-rebinding look-alikes, null, empty Host) gets
+    403 forbidden_host or forbidden_origin naming the header; localhost, 127.0.0.1 and [::1]
+    pass."""
     r = tcp.get("/v1/models", headers=headers)
     assert r.status_code == status, r.text
     if code:
@@ -341,6 +353,8 @@ def test_tcp_refuses_foreign_host_and_origin(tcp, headers, status, code):
 
 
 def test_a_foreign_host_is_refused_before_the_token_and_the_socket_checks_origin(daemon, uds):
+    """A foreign Host gets 403 before the token is checked (not 401); on the Unix socket any
+    Host passes but a foreign Origin is refused."""
     r = httpx.get(f"http://127.0.0.1:{daemon.port}/v1/models",
                   headers={"Host": "rebound.example"})
     assert r.status_code == 403  # not 401: nothing about the token is told
@@ -353,6 +367,8 @@ def test_a_foreign_host_is_refused_before_the_token_and_the_socket_checks_origin
 
 
 def test_a_flood_of_bad_requests_is_counted_not_logged(daemon, uds):
+    """2,000 non-HTTP requests log under 20 kB: uvicorn's warning once, then a '[repeated N more
+    times' line, accounting for every one."""
     size = daemon.log.stat().st_size
     flood = 2000
     for _ in range(flood):  # each makes uvicorn warn "Invalid HTTP request received."
@@ -379,6 +395,8 @@ def test_a_flood_of_bad_requests_is_counted_not_logged(daemon, uds):
 
 
 def test_no_prompt_text_or_token_reaches_the_log(daemon, uds, tcp):
+    """Prompt text (in good and bad requests) and bearer tokens, right or wrong, never reach the
+    daemon's log or stderr."""
     marker = "PROMPT-MARKER-7f3a9c"
     secret = "TOKEN-MARKER-51be20"
     uds.post("/v1/completions", json={"model": "assistd", "prompt": f"# {marker}\n",
@@ -400,6 +418,9 @@ def test_no_prompt_text_or_token_reaches_the_log(daemon, uds, tcp):
 
 
 def test_the_rate_limit_filter_agrees_across_handlers_and_stays_bounded(tmp_path):
+    """RateLimitFilter passes the same records to every handler, one per template per window
+    plus distinct texts up to a burst of 200, keeps at most 16 keys, and after the window
+    reports how many repeats and drops it held back."""
     from assistd.ground.logs import RateLimitFilter
 
     now = [0.0]
@@ -468,6 +489,8 @@ def test_info_lines_that_differ_all_pass_and_exact_repeats_are_counted(tmp_path)
 
 
 def test_assistd_status_shows_connections_and_the_watcher(daemon):
+    """`assistd status` shows the connection cap and timeouts, the editor socket's sessions, and
+    the watcher watching (or off with the reason on a remote Target) with no restarts."""
     out = subprocess.run([sys.executable, "-m", "assistd", "status"], env=daemon.env(),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -513,6 +536,8 @@ def test_the_watcher_restarts_with_backoff_after_a_real_failure(tmp_path, target
 
 
 def test_the_watcher_stops_promptly_while_waiting_to_restart(tmp_path, target):
+    """A watcher whose database cannot be opened waits to restart (30 s backoff) yet stops
+    within the stop timeout, its thread ended."""
     blocker = tmp_path / "data"
     blocker.write_text("x")
     w = WatcherThread(Config(db=str(blocker / "h.db"), agent_transcripts=False),

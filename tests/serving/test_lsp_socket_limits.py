@@ -130,6 +130,8 @@ async def test_200_silent_connections_neither_lock_out_an_editor_nor_stay_open(d
 
 
 def test_an_idle_initialized_session_outlives_the_deadline(daemon):
+    """An editor session idle after initialize outlives the initialize deadline and still
+    answers shutdown."""
     editor = RawEditor(daemon)
     try:
         assert "capabilities" in editor.initialize()
@@ -221,6 +223,9 @@ def test_a_request_before_initialize_is_answered_server_not_initialized(daemon):
 
 
 def test_at_the_cap_the_oldest_uninitialized_goes_then_new_ones_are_refused(daemon):
+    """At the editor-session cap the oldest uninitialized connection is closed to make room;
+    with every slot initialized a new connection is refused (counted and logged); when one
+    editor leaves the next is served."""
     # The sessions of the tests before have ended (they end a moment after their close).
     assert wait_for(lambda: _editors(daemon)["sessions"] + _editors(daemon)["initializing"] == 0)
     before = _editors(daemon)
@@ -295,6 +300,8 @@ def test_out_of_descriptors_the_editor_socket_pauses_and_goes_on(tmp_path):
 
 
 def test_the_settings_are_checked(tmp_path):
+    """editor_initialize_timeout_ms and max_editor_sessions default to 30,000 and 64; zero,
+    negative or non-numeric values are refused naming the setting."""
     from assistd.ground.errors import InputError
     from assistd.serving.config import load_config
 

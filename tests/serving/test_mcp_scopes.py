@@ -30,6 +30,9 @@ def _ledger(rounds: int) -> Ledger:
 
 
 async def test_acceptance_stats_names_no_scope_the_agent_did_not_name(tmp_path):
+    """MCP acceptance_stats without a scope gives languages and a scope count but no scope
+    paths; with the agent's own scope, that scope only; an unknown scope is an error that names
+    no other scope."""
     mine = make_repo(tmp_path / "my-project", {"a.py": "x = 1\n"})
     other = make_repo(tmp_path / "client-acme-secret-merger", {"b.py": "y = 2\n"})
     db = tmp_path / "history.db"

@@ -32,6 +32,8 @@ def remote_daemon(llama_server, tmp_path_factory):
 
 
 def test_local_api_answers_what_the_server_answers(remote_daemon):
+    """Through a daemon on a remote Target the local API completion, plain and streamed in
+    several pieces, is the server's own completion, with a ledger naming the remote Target."""
     expected = server_completion(remote_daemon.url, PROMPT, 16)
     with remote_daemon.uds() as c:
         reset_cache(remote_daemon.url)
@@ -52,6 +54,8 @@ def test_local_api_answers_what_the_server_answers(remote_daemon):
 
 
 def test_status_shows_the_remote_target(remote_daemon):
+    """Status shows the remote Target reachable with model, latency and tokenizer, speculation
+    off, and `assistd status` says how many seconds ago it was checked."""
     st = remote_daemon.status()
     remote = st["target"]["remote"]
     assert st["target"]["backend"] == "openai" and remote["reachable"] is True
@@ -64,6 +68,8 @@ def test_status_shows_the_remote_target(remote_daemon):
 
 
 async def test_lsp_completion_through_the_daemon(remote_daemon):
+    """An editor through the daemon on a remote Target gets an inline completion and the daemon
+    counts the LSP request."""
     from tests.lsp_helpers import inline, lsp_session, open_doc
 
     env = {"ASSISTD_SOCKET": str(remote_daemon.socket)}
@@ -75,6 +81,8 @@ async def test_lsp_completion_through_the_daemon(remote_daemon):
 
 
 def test_the_daemon_starts_while_the_server_is_down_and_serves_once_back(tmp_path):
+    """A daemon started while its remote server is down answers 503 ('does not answer'), lists
+    the fallback model id, and serves once the server is up, with no traceback in the log."""
     fault = FaultServer()  # its port, nothing listening yet
     d = start_daemon(tmp_path, "--backend", "openai", "--target-url", fault.url)
     try:
@@ -110,6 +118,8 @@ def test_complete_through_the_daemon_as_the_mcp_tools_do(remote_daemon):
 
 
 def test_config_keys_of_the_remote_target(tmp_path):
+    """backend openai needs target_url; target_url, target_model, target_timeout_ms and
+    ASSISTD_TARGET_KEY_FILE are read and written back by to_toml; a non-http URL is refused."""
     from assistd.ground.errors import InputError
     from assistd.serving.config import load_config
 

@@ -32,6 +32,9 @@ def ask(c, max_tokens=8):
 
 
 def test_hostile_answers_through_the_daemon(hostile, tmp_path):
+    """Through the daemon a hostile server's malformed chunk is a one-line 502 in OpenAI's error
+    shape; a trickling stream is cut at the deadline (504) while the next request is answered;
+    the key and escape sequences in its model id reach neither the API, status nor log."""
     hostile.models = lambda a: a.json(200, {"data": [{"id": KEY + ESC}]})
     d = start_daemon(tmp_path, "--backend", "openai", "--target-url", hostile.url,
                      "--target-deadline-ms", "1500", env={"ASSISTD_TARGET_KEY": KEY})
