@@ -70,6 +70,9 @@ def request(repo, text=DOC, buffers=None):
 
 def test_prompt_holds_a_similar_snippet_of_the_scopes_other_buffer_only(
         completer, prompts, tmp_path):
+    """The prompt holds a similar snippet of another open buffer of the same repository, headed
+    by its path as a Python comment, before the document (headed too); another repository's
+    buffer never appears."""
     repo = repo_with(tmp_path)
     other = make_repo(tmp_path / "other", {"polygons.py": SHAPES.replace("Polygon", "Shape")})
     req = request(repo, buffers={(repo / "shapes.py").as_uri(): SHAPES, (other / "polygons.py")
@@ -85,6 +88,8 @@ def test_prompt_holds_a_similar_snippet_of_the_scopes_other_buffer_only(
 
 
 def test_cross_file_part_holds_its_budget(completer, prompts, tmp_path):
+    """The cross-file part holds crossFileTokens and the prompt maxPromptTokens, the part first;
+    a small prompt budget caps the part at half of it."""
     repo = repo_with(tmp_path)
     # Many similar buffers: far more than the budget.
     buffers = {(repo / f"shapes_{i}.py").as_uri(): SHAPES * 6 for i in range(6)}
@@ -101,6 +106,9 @@ def test_cross_file_part_holds_its_budget(completer, prompts, tmp_path):
 
 
 def test_typing_reuses_the_whole_cross_file_part_from_the_kv_cache(completer, prompts, tmp_path):
+    """Typing reuses the cross-file part and the window before the cursor from the KV cache
+    (only new tokens evaluated); a small edit of the other buffer keeps the choice; far down the
+    document it is chosen again."""
     repo = repo_with(tmp_path)
     buffers = {(repo / "shapes.py").as_uri(): SHAPES}
     first = completer.complete(request(repo, buffers=buffers))
@@ -124,6 +132,7 @@ def test_typing_reuses_the_whole_cross_file_part_from_the_kv_cache(completer, pr
 
 
 def test_a_source_rewritten_is_chosen_again(completer, prompts, tmp_path):
+    """When the other buffer is rewritten the snippet is chosen again from its new text."""
     repo = repo_with(tmp_path)
     uri = (repo / "shapes.py").as_uri()
     completer.complete(request(repo, buffers={uri: SHAPES}))
@@ -135,6 +144,8 @@ def test_a_source_rewritten_is_chosen_again(completer, prompts, tmp_path):
 
 
 def test_setting_turns_it_off(completer, prompts, tmp_path):
+    """crossFileTokens 0 (the default; negative falls back to it) turns cross-file context off:
+    the prompt is the document window alone."""
     s, warnings = parse_settings({"assistd": {"crossFileTokens": 0}}, SETTINGS)
     assert s.cross_file_tokens == 0 and not warnings
     bad = parse_settings({"crossFileTokens": -1})[0]
@@ -147,6 +158,8 @@ def test_setting_turns_it_off(completer, prompts, tmp_path):
 
 
 def test_a_closed_buffer_leaves_the_ring(completer, prompts, tmp_path):
+    """A closed buffer leaves the cross-file sources and its text the prompt; closing the
+    document drops its pick."""
     repo = repo_with(tmp_path)
     shapes = (repo / "shapes.py").as_uri()
     completer.complete(request(repo, buffers={shapes: SHAPES}))
@@ -160,6 +173,7 @@ def test_a_closed_buffer_leaves_the_ring(completer, prompts, tmp_path):
 
 
 def test_snippets_pass_the_history_secret_filter(completer, prompts, tmp_path):
+    """A secret in another buffer's snippet is redacted before it reaches the prompt."""
     repo = repo_with(tmp_path)
     secret = "Wq7-hunter2-Zr"
     body = SHAPES + f'\ndb_password = "{secret}"\npolygon_db = make_polygon(vertices)\n'
@@ -169,6 +183,8 @@ def test_snippets_pass_the_history_secret_filter(completer, prompts, tmp_path):
 
 
 def test_headers_are_comments_of_the_files_language():
+    """Snippet headers are the path as a comment in the file's language: # for Python and
+    Makefile, // for Rust, -- for Lua, an HTML comment for Markdown."""
     assert crossfile.header("pkg/a.py") == "# pkg/a.py\n"
     assert crossfile.header("src/main.rs") == "// src/main.rs\n"
     assert crossfile.header("init.lua") == "-- init.lua\n"

@@ -59,6 +59,9 @@ def proxy(llama_server):
 
 
 async def test_cross_file_context_sends_only_buffers_the_history_keeps(proxy, tmp_path):
+    """Over LSP to a remote server, only open buffers the history would keep are sent as
+    cross-file context (secret-filtered, under their path); gitignored, private and refused
+    paths send neither text nor header."""
     repo = make_repo(tmp_path / "repo", {
         "geometry.py": DOC, "shapes.py": KEPT, ".gitignore": "ignored_helper.py\nprivate/\n",
         **{rel: _twin(marker) for rel, marker in REFUSED.items()}})

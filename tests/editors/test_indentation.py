@@ -63,6 +63,9 @@ async def both(client, uri: str, text: str, line: int, char: int):
     ("\t", 1),        # a tab in a document indented with spaces
 ])
 async def test_spaces_after_enter(db, repo, auto, replaced):
+    """After def area(side): and Enter, whatever indentation the editor put (4 spaces, none, 8,
+    a tab), inline and completion items both give the body at 4 spaces, replacing what the
+    editor put beyond, and the result compiles."""
     text = SQUARE + auto
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "area.py", text)
@@ -75,6 +78,8 @@ async def test_spaces_after_enter(db, repo, auto, replaced):
 
 
 async def test_tabs_after_enter(db, repo):
+    """In a tab-indented file, whatever the editor's auto-indent, inline and completion items
+    give the line two tabs and no spaces, and the result compiles."""
     async with lsp_session(db, root=repo) as (client, _):
         for auto in ["\t\t", "\t", ""]:
             text = SHAPE + auto
@@ -88,6 +93,8 @@ async def test_tabs_after_enter(db, repo):
 
 
 async def test_typing_through_the_indentation_keeps_it(db, repo):
+    """Typing the suggestion's first letter is served from the same suggestion: the rest, at the
+    cursor, with no extra space."""
     # After Enter the editor asks at column 4; the user types the first letter of the
     # suggestion: the rest is served from the same suggestion (no 5th space either).
     text = SQUARE + "    "
@@ -105,6 +112,9 @@ async def test_typing_through_the_indentation_keeps_it(db, repo):
 
 
 async def test_continuation_lines_of_a_completion_item_are_relative_to_the_line(db, repo):
+    """At the end of an indented def, the inline suggestion holds the body at its own depth and
+    the completion item one level less (the editor adds the line's indentation); both compile to
+    the same text."""
     # The cursor at the end of an indented `def m2(self):`: the suggestion goes on with
     # the method's body on the next lines. The inline text holds them at their own depth;
     # the completion item one level less, since the editor adds the line's 4 spaces back
@@ -123,6 +133,8 @@ async def test_continuation_lines_of_a_completion_item_are_relative_to_the_line(
 
 
 async def test_through_the_daemon(tmp_path):
+    """Through `assistd lsp` piped to a daemon, suggestions after Enter get the same indentation
+    as in-process, and the session is the daemon's."""
     # `assistd lsp` as a pipe to a running daemon: the same server code on the daemon's
     # Runtime (serve_hosted), the same edits.
     from tests.daemon_helpers import start_daemon

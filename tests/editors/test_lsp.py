@@ -45,6 +45,10 @@ LINE = 'x = "aμ中😋" + y'  # μ: 2 UTF-8 bytes; 中: 3; 😋: astral, 4 byte
 
 @pytest.mark.parametrize("encoding,units", [("utf-16", 15), ("utf-8", 20), ("utf-32", 14)])
 async def test_position_encoding_negotiated_and_checked(db, repo, encoding, units):
+    """The server negotiates the client's position encoding (utf-16, utf-8, utf-32): the line
+    end in those units is a valid cursor; one unit past it, a line past the document or a
+    document not open is a JSON-RPC invalid-params error naming it, and the server keeps
+    serving."""
     text = LINE + "\nz = 1\n"
     (repo / "p.py").write_text(text)
     async with lsp_session(db, encodings=[encoding], root=repo) as (client, init):
@@ -66,6 +70,9 @@ async def test_position_encoding_negotiated_and_checked(db, repo, encoding, unit
 
 @pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "utf-32"])
 def test_prefix_plus_suffix_is_the_document_at_every_position(encoding):
+    """In each encoding every position of a text with CRLF, CR, astral characters, a form feed
+    and U+2028 maps to an offset whose context rebuilds the LF-normalised document; every
+    boundary outside a CRLF is reachable and the text has 3 LSP lines."""
     text = "aμ中😋\r\n\tb\x0cc\u2028d\rlast 😋"
     lf = text.replace("\r\n", "\n").replace("\r", "\n")
     seen = set()
@@ -88,6 +95,7 @@ def test_prefix_plus_suffix_is_the_document_at_every_position(encoding):
 # -- prompting in the document's conventions ----------------------------------
 
 async def test_crlf_document_gets_crlf_suggestion(db, repo):
+    """Over LSP a CRLF document gets a suggestion whose line breaks are all CRLF."""
     text = PATTERN.replace("\n", "\r\n")
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "crlf.py", text)
@@ -97,6 +105,8 @@ async def test_crlf_document_gets_crlf_suggestion(db, repo):
 
 
 async def test_output_starting_with_newline_is_not_empty(db, repo):
+    """At the end of def f3(): the suggestion is the next line, newline first: return 3 at 4
+    spaces."""
     # The cursor at the end of "def f3():": the model's output starts with "\n".
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "nl.py", PATTERN[: PATTERN.index("    return 3")])
@@ -105,6 +115,7 @@ async def test_output_starting_with_newline_is_not_empty(db, repo):
 
 
 async def test_output_duplicating_the_next_line_is_trimmed(db, repo):
+    """When the next line already holds return 4, the suggestion does not repeat it."""
     # The next line already holds what the model would write: nothing to suggest.
     text = PATTERN + "def f4():\n\n    return 4\n"
     async with lsp_session(db, root=repo) as (client, _):
@@ -115,6 +126,8 @@ async def test_output_duplicating_the_next_line_is_trimmed(db, repo):
 
 @pytest.mark.parametrize("indent", ["\t", "  "])
 async def test_indentation_follows_the_document(db, repo, indent):
+    """In tab- and 2-space-indented documents every line of the suggestion is indented in whole
+    units of the document's indentation."""
     text = PATTERN.replace("    ", indent) + "class K:\n" + indent + "def m1(self):\n" \
         + indent * 2 + "return 1\n\n" + indent + "def m2(self):\n"
     async with lsp_session(db, root=repo) as (client, _):
@@ -134,6 +147,8 @@ def _items(res) -> list:
 
 
 async def test_burst_of_requests_only_the_last_runs(db, repo):
+    """20 requests sent between 20 edits are all answered, the superseded ones empty; only the
+    last runs to completion and 19 are cancelled before or during their run."""
     text = PATTERN
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "burst.py", text)
@@ -159,6 +174,8 @@ async def test_burst_of_requests_only_the_last_runs(db, repo):
 
 
 async def test_cancel_request_stops_the_generation(db, repo):
+    """$/cancelRequest during a long generation answers the request as cancelled, counts one
+    cancellation, and stops before the 200 tokens it would write."""
     # A long block to generate: 64 tokens of a numbered list take many rounds.
     text = "".join(f"{i}. item number {i}\n" for i in range(1, 9))
     async with lsp_session(db, root=repo, settings={"maxTokens": 200, "k": 0}) as (client, _):
@@ -180,6 +197,9 @@ async def test_cancel_request_stops_the_generation(db, repo):
 
 
 async def test_did_change_is_handled_while_generating(db, repo):
+    """A didChange sent during a long generation is applied at once: the next request is checked
+    against the new text (its error names the new line length) while the generation is still
+    running."""
     text = "".join(f"{i}. item number {i}\n" for i in range(1, 9))
     async with lsp_session(db, root=repo, settings={"maxTokens": 200, "k": 0}) as (client, _):
         uri = open_doc(client, repo / "busy.md", text, language="markdown")
@@ -201,6 +221,8 @@ async def test_did_change_is_handled_while_generating(db, repo):
 
 @pytest.mark.local_target("the local Target's KV cache; a server keeps its own")
 async def test_second_request_reuses_the_prefix_cache(db, repo):
+    """Asking again at the same place reuses the whole prompt from the KV cache: 25+ tokens
+    reused, none evaluated."""
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "again.py", PATTERN)
         await inline(client, uri, 9, 0)
@@ -213,6 +235,8 @@ async def test_second_request_reuses_the_prefix_cache(db, repo):
 
 
 async def test_type_through_serves_the_rest_without_the_target(db, repo):
+    """Typing the start of a suggestion serves the rest of it without asking the Target: one
+    type-through, no new generation."""
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "tt.py", PATTERN)
         first = await inline(client, uri, 9, 0)
@@ -227,6 +251,8 @@ async def test_type_through_serves_the_rest_without_the_target(db, repo):
 
 
 async def test_open_close_1000_documents_keeps_state_bounded(db, repo):
+    """Opening and closing 1,000 documents leaves no indexed buffers, prompt windows or
+    type-through entries, and the live history under 100 tokens."""
     async with lsp_session(db, root=repo) as (client, _):
         for i in range(1000):
             uri = open_doc(client, repo / f"m{i}.py", f"# module {i}\n" + PATTERN)
@@ -244,6 +270,9 @@ async def test_open_close_1000_documents_keeps_state_bounded(db, repo):
 # -- telemetry, stats, settings, errors ----------------------------------------------
 
 async def test_acceptance_is_user_telemetry_and_history(db, repo):
+    """Shown, accepted and dismissed suggestions are counted as user acceptance per language,
+    apart from draft acceptance; an accepted suggestion is stored as a generated document with
+    outcome accepted."""
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "acc.py", PATTERN)
         item = await inline_item(client, uri, 9, 0)
@@ -276,6 +305,8 @@ async def test_acceptance_is_user_telemetry_and_history(db, repo):
 
 
 async def test_bad_settings_warn_and_keep_serving(db, repo):
+    """Invalid settings (k 'lots', maxTokens -3, numerics 'bogus', then proposer 'psychic' in a
+    configuration change) each warn naming the setting and the server keeps serving."""
     async with lsp_session(db, root=repo, settings={"k": "lots", "maxTokens": -3,
                                                     "numerics": "bogus"}) as (client, _):
         uri = open_doc(client, repo / "set.py", PATTERN)
@@ -291,6 +322,8 @@ async def test_bad_settings_warn_and_keep_serving(db, repo):
 
 
 async def test_missing_model_is_reported_once(db, repo, tmp_path):
+    """A model file that does not exist gives no suggestions and one error message naming the
+    file, however many requests."""
     async with lsp_session(db, root=repo, settings={"model": str(tmp_path / "none.gguf")}) as (client, _):
         uri = open_doc(client, repo / "m.py", PATTERN)
         assert await inline(client, uri, 9, 0) is None
@@ -301,6 +334,8 @@ async def test_missing_model_is_reported_once(db, repo, tmp_path):
 
 
 async def test_time_budget_shortens_the_suggestion(db, repo):
+    """maxLatencyMs 1 cuts the generation short (one budget cut counted): no suggestion or a
+    shorter one."""
     async with lsp_session(db, root=repo, settings={"maxLatencyMs": 1}) as (client, _):
         uri = open_doc(client, repo / "budget.py", PATTERN)
         s = await inline(client, uri, 9, 0)
@@ -310,6 +345,8 @@ async def test_time_budget_shortens_the_suggestion(db, repo):
 
 
 async def test_completion_for_older_clients(db, repo):
+    """textDocument/completion gives one incomplete-list item whose edit is the suggestion,
+    labelled by its first line, as plain text for a client without snippet support."""
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "old.py", PATTERN)
         res = await client.text_document_completion_async(types.CompletionParams(
@@ -322,6 +359,8 @@ async def test_completion_for_older_clients(db, repo):
 
 
 async def test_percent_encoded_uri_is_the_open_document(db, repo):
+    """A percent-encoded file URI (space, é) names the open document: suggestions work and
+    closing it drops its buffer and window."""
     # VS Code sends file URIs percent-encoded (spaces, non-ASCII, c%3A on Windows).
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "my file é.py", PATTERN)
@@ -334,6 +373,8 @@ async def test_percent_encoded_uri_is_the_open_document(db, repo):
 
 
 async def test_shutdown_with_requests_in_flight_answers_cleanly(db, repo):
+    """shutdown with a generation and stats requests in flight answers cleanly; every pending
+    request ends with a result, None or a cancellation."""
     text = "".join(f"{i}. item number {i}\n" for i in range(1, 9))
     async with lsp_session(db, root=repo, settings={"maxTokens": 200, "k": 0}) as (client, _):
         uri = open_doc(client, repo / "sd.md", text, language="markdown")

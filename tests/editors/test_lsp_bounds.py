@@ -53,6 +53,9 @@ async def _refused(client, uri: str) -> JsonRpcInvalidParams:
 
 
 async def test_a_huge_uri_is_refused_in_process_and_the_session_goes_on(tmp_path):
+    """A URI longer than MAX_URI_CHARS is refused with an invalid-params error naming the cap,
+    the session goes on serving, and the log's lines stay capped without the URI whole or a
+    traceback."""
     repo = make_repo(tmp_path / "repo", {"a.py": PROMPT})
     log = tmp_path / "lsp.log"
     huge = _huge_uri(repo)
@@ -70,6 +73,9 @@ async def test_a_huge_uri_is_refused_in_process_and_the_session_goes_on(tmp_path
 
 
 async def test_a_huge_uri_on_the_daemon_leaves_the_other_editor_answered(tmp_path):
+    """On the daemon, one editor's huge URI is refused while another editor's request is
+    answered at the same time; both sessions go on and the daemon's log and stderr stay capped,
+    without traceback."""
     repo = make_repo(tmp_path / "repo", {"a.py": PROMPT})
     d = start_daemon(tmp_path / "d")
     try:

@@ -29,6 +29,9 @@ def repo(tmp_path):
     " first 3 tokens in one prefill gives another text than one request ('+ 6 - 6' against"
     " '+ 6' here), so no client's grown text can equal the uncut one there"))
 async def test_a_cut_suggestion_grows_to_what_no_budget_gives(tmp_path, repo):
+    """A suggestion cut by maxLatencyMs grows afterwards: asked again at the same place it is
+    longer, with the same id and no Target call, served by type-through as typed, and equal to
+    what no budget gives; accepting the short answer counts only what it inserted."""
     async with lsp_session(tmp_path / "h.db", root=repo, settings={"maxLatencyMs": 1}) as (client, _):
         uri = open_doc(client, repo / "g.py", DOC)
         first = await inline_item(client, uri, LINE, 0)
@@ -69,6 +72,8 @@ async def test_a_cut_suggestion_grows_to_what_no_budget_gives(tmp_path, repo):
 
 
 async def test_a_new_request_stops_the_growth(tmp_path, repo):
+    """A new request elsewhere stops a growing suggestion within a round and is served; the
+    growth is counted at most once."""
     async with lsp_session(tmp_path / "h.db", root=repo, settings={"maxLatencyMs": 1}) as (client, _):
         uri = open_doc(client, repo / "g.py", DOC)
         first = await inline_item(client, uri, LINE, 0)

@@ -44,6 +44,9 @@ def _repos(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_uri_forms_resolve_to_real_paths(tmp_path):
+    """uri_path resolves .., symlinks, localhost, upper-case schemes and doubled slashes to the
+    real path; untitled, notebook-cell, another host's, relative and NUL-holding URIs give
+    None."""
     a, b = _repos(tmp_path)
     real_b = b.resolve() / "secret.py"
     for uri in [f"file://{a}/../B/secret.py", f"file://{a}/linked/secret.py",
@@ -67,6 +70,9 @@ def completer(target, tmp_path):
 
 
 def test_buffers_outside_the_scope_join_no_history(completer, tmp_path):
+    """Buffers whose URIs climb out of the repository with .. or through a symlink into another
+    repository join no history: A's index holds only its file and its own buffer, and the
+    symlinked document's scope is B."""
     a, b = _repos(tmp_path)
     # Before the fix: both buffers' paths start with "A/", so they joined A's history.
     climbing, linked = f"file://{a}/../B/secret.py", f"file://{a}/linked/secret.py"
@@ -86,6 +92,8 @@ def test_buffers_outside_the_scope_join_no_history(completer, tmp_path):
 
 
 async def test_lsp_buffers_through_dotdot_percent_and_symlink_stay_out(tmp_path):
+    """Over LSP, buffers opened through a percent-encoded .. or a symlink into another
+    repository are not indexed: only the repository's own document is."""
     a, b = _repos(tmp_path)
     async with lsp_session(tmp_path / "h.db", root=a) as (client, _):
         for uri in [f"file://{a}/%2e%2e/B/secret.py", f"file://{a}/linked/secret.py"]:
@@ -101,6 +109,8 @@ async def test_lsp_buffers_through_dotdot_percent_and_symlink_stay_out(tmp_path)
 
 
 async def test_requests_before_initialize_and_after_shutdown_get_an_answer(tmp_path):
+    """Requests before initialize get -32002, a second initialize and requests after shutdown
+    get invalid-request errors saying why, and exit ends the server with status 0."""
     config = ClientServerConfig(server_command=[sys.executable, "-m", "assistd", "lsp",
                                                 "--no-daemon"],
                                 server_env={**os.environ, "ASSISTD_DB": str(tmp_path / "h.db")})
@@ -222,6 +232,8 @@ async def _wait_exit(proc, timeout: float = 60) -> int:
 
 
 async def test_position_out_of_range_is_a_clear_error(tmp_path):
+    """Positions at 2^31 - 1 (line, character or both) get invalid-params errors, and the
+    session stays up."""
     from pygls.exceptions import JsonRpcInvalidParams
 
     async with lsp_session(tmp_path / "h.db") as (client, _):
@@ -236,6 +248,9 @@ async def test_position_out_of_range_is_a_clear_error(tmp_path):
 
 
 def test_framing_reader_takes_lsp_in_any_pieces_and_nothing_else():
+    """read_message reads an LSP frame sent a byte at a time (with Content-Type) and refuses
+    HTTP, a bad or huge Content-Length, a non-object or unparsable body and an endless header as
+    NotLsp."""
     from assistd.serving.lsp_host import NotLsp, read_message
 
     msg = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"x": "é"}}
@@ -351,6 +366,9 @@ def _check_gate(port: int, proc: subprocess.Popen, db: Path) -> None:
 
 
 def test_lsp_tcp_in_process_gate(tmp_path):
+    """`assistd lsp --tcp` in-process keeps the TCP gate: HTTP is dropped, requests without the
+    token are refused, the right token is served, a second editor waits; the server exits with
+    its editor, no traceback."""
     port = free_port()
     proc = _lsp_tcp(tmp_path, port)
     try:
@@ -363,6 +381,8 @@ def test_lsp_tcp_in_process_gate(tmp_path):
 
 
 def test_lsp_tcp_through_the_daemon_gate(tmp_path):
+    """`assistd lsp --tcp` piped to a daemon keeps the same TCP gate, and keeps listening for
+    the next editor after the first leaves."""
     d = start_daemon(tmp_path / "d")
     port = free_port()
     proc = _lsp_tcp(tmp_path, port, daemon=d)

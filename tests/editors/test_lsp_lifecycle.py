@@ -259,6 +259,8 @@ def test_pipe_ends_when_the_editor_process_is_killed(tmp_path, quiet_daemon):
 
 
 def test_pipe_ends_after_end_of_input_when_the_daemon_does_not(tmp_path, quiet_daemon):
+    """The LSP pipe to a daemon that never hangs up exits 0 without traceback within
+    EXIT_TIMEOUT_S of its stdin closing."""
     path, _, _ = quiet_daemon
     p = subprocess.Popen([sys.executable, "-c", PIPE, str(path)], stdin=subprocess.PIPE,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)

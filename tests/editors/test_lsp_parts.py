@@ -27,6 +27,9 @@ from tests.lsp_helpers import rpc
 
 
 def test_settings_parse_camel_case_and_fall_back_per_key():
+    """Editor settings are read in camelCase (nested under assistd or not); each invalid key
+    falls back to its base value with a warning naming it; a non-object gives defaults with a
+    warning; maxTokens that does not fit nCtx is lowered to 64."""
     s, w = parse_settings({"assistd": {"maxTokens": 16, "k": "7", "proposer": "ngram",
                                        "fim": "off", "db": "~/h.db", "enabled": False}})
     assert (s.max_tokens, s.k, s.proposer, s.fim, s.enabled) == (16, 7, "ngram", "off", False)
@@ -75,6 +78,9 @@ def _served(sid="s1", text="return a + b", scope="/r"):
 
 
 def test_suggestion_outcomes_only_move_forward(store, target):
+    """A suggestion's outcome only moves forward (shown, partial, accepted; a dismiss after a
+    partial acceptance is ignored); the accepted text is one generated document, updated; the
+    summary counts per language; the ledger is untouched; forget removes both."""
     ss = SuggestionStore(store)
     s = _served()
     assert ss.event(s, "shown") is None
@@ -101,6 +107,7 @@ def test_suggestion_outcomes_only_move_forward(store, target):
 
 
 def test_accepted_secret_is_redacted_in_history(store, target):
+    """An accepted suggestion holding an AWS secret key is stored with the key redacted."""
     ss = SuggestionStore(store)
     secret = 'AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"'
     doc = ss.event(_served(text=secret), "accepted", tokenize=target.tokenize,
@@ -125,6 +132,8 @@ def completer(target, tmp_path):
 
 
 def test_prompt_window_is_sticky_so_typing_only_appends(completer, tmp_path):
+    """The prompt window's start stays at a line start while typing, so each prompt extends the
+    previous one; past the budget it moves forward once."""
     text = "".join(f"value_{i} = compute({i}, scale={i * 3})\n" for i in range(60))
     uri = (tmp_path / "w.py").as_uri()
     ids = []
@@ -145,6 +154,8 @@ def test_prompt_window_is_sticky_so_typing_only_appends(completer, tmp_path):
 
 
 def test_open_buffers_are_live_history_and_leave_on_close(completer, tmp_path):
+    """Open buffers of the repository join its live history (as buffer:NAME, tokenized) and
+    leave it when closed."""
     repo = make_repo(tmp_path / "r", {"a.py": "x = 1\n"})
     other = (repo / "b.py").as_uri()
     body = "def unusual_helper_name(q):\n    return q * 17 + 3\n"
@@ -183,6 +194,8 @@ def test_an_accepted_suggestion_is_stored_as_its_line_redacts_it(completer, tmp_
 
 
 def test_cancelled_request_stops_before_generating(completer, tmp_path):
+    """A request cancelled before it starts generates nothing (source cancelled); one cancelled
+    between rounds stops after its first step, counted as cancelled_during."""
     req = Request(uri=(tmp_path / "c.py").as_uri(), text="import os\n", offset=10,
                   language="python")
     req.cancel.set()
@@ -212,6 +225,9 @@ def _free_port() -> int:
 
 
 def test_tcp_transport_answers_initialize(tmp_path):
+    """`assistd lsp --tcp` writes its token file mode 600, answers initialize with the token
+    (utf-16 positions, inline completion, the two commands), and answers params that do not
+    deserialize with -32602."""
     port = _free_port()
     token_file = tmp_path / "token"  # created 0600 by the server; editors send its token
     proc = subprocess.Popen([sys.executable, "-m", "assistd", "lsp", "--no-daemon", "--tcp",
@@ -254,6 +270,8 @@ def test_tcp_transport_answers_initialize(tmp_path):
     (["--tcp", "127.0.0.1:2087", "--stdio"], "exclusive"),
 ])
 def test_lsp_cli_refuses_bad_transports(args, message):
+    """`assistd lsp` refuses a non-loopback --tcp address, a value that is not HOST:PORT or a
+    port over 65535, and --tcp with --stdio, with exit 2 and a message saying which."""
     r = CliRunner().invoke(cli, ["lsp", *args])
     assert r.exit_code == 2 and message in r.output
 
@@ -279,6 +297,9 @@ def test_fim_prompt_layout_when_the_model_declares_fim(completer, tmp_path, monk
 
 
 def test_time_budget_cuts_at_a_word_boundary():
+    """Over its time budget, _with_budget cuts the output at the last word boundary (trailing
+    space dropped; one word is kept whole); within budget it defers to the boundary rule; budget
+    0 returns the rule unchanged."""
     from editors.completer import _with_budget
 
     def never(text):
@@ -297,6 +318,8 @@ def test_time_budget_cuts_at_a_word_boundary():
 
 
 def test_lone_surrogates_become_replacement_characters():
+    """A lone surrogate in editor text becomes U+FFFD; valid text is returned as the same
+    object."""
     from editors.server import _valid
 
     assert _valid("x = '\ud800'\n") == "x = '\ufffd'\n"

@@ -29,6 +29,10 @@ def key_file(tmp_path, key=KEY, mode=0o600):
 
 
 def test_remote_settings_are_checked_and_need_a_url():
+    """Remote settings (backend openai, targetUrl without a trailing slash, targetModel,
+    targetTimeoutMs) are read and change the engine key; openai without a URL, a non-http URL or
+    a bad timeout fall back to llama or the default with a warning each, in settings and in the
+    environment alike."""
     s, w = parse_settings({"assistd": {"backend": "openai", "targetUrl": "http://127.0.0.1:8080/v1/",
                                        "targetModel": "m", "targetTimeoutMs": 5000}})
     assert w == [] and (s.backend, s.target_url, s.target_model) == ("openai", "http://127.0.0.1:8080", "m")

@@ -25,6 +25,8 @@ def repo(tmp_path):
 
 
 async def test_status_goes_loading_ready_disabled_ready(db, repo):
+    """The server's status notifications go loading, ready, then disabled and ready again as
+    enabled is toggled, each sent only when it changes."""
     async with lsp_session(db, root=repo) as (client, _):
         await until(lambda: client.statuses and client.statuses[-1][0] == "ready")
         assert client.statuses[0][0] == "loading"  # sent once initialize is answered
@@ -41,6 +43,8 @@ async def test_status_goes_loading_ready_disabled_ready(db, repo):
 
 
 async def test_a_model_that_fails_to_open_is_the_error_state(db, repo, tmp_path):
+    """A model file that does not exist puts the status in error, its message naming the
+    file."""
     missing = tmp_path / "none.gguf"
     async with lsp_session(db, root=repo, settings={"model": str(missing)}) as (client, _):
         await until(lambda: client.statuses and client.statuses[-1][0] == "error")
@@ -55,6 +59,9 @@ def _invoked(uri, line, char):
 
 @pytest.mark.parametrize("telemetry", [True, False])
 async def test_a_dismissed_suggestion_is_not_shown_again_at_that_place(tmp_path, repo, telemetry):
+    """A dismissed suggestion is not offered again automatically at that place (elsewhere it
+    is), but is when the user invokes completion; the dismissal is stored only with telemetry
+    on."""
     async with lsp_session(tmp_path / "own.db", root=repo, settings={"telemetry": telemetry}) as (client, _):
         uri = open_doc(client, repo / "d.py", DOC)
         first = await inline_item(client, uri, 9, 0)
@@ -77,6 +84,8 @@ async def test_a_dismissed_suggestion_is_not_shown_again_at_that_place(tmp_path,
 
 
 async def test_closing_the_document_forgets_its_dismissals(db, repo):
+    """Closing and reopening a document forgets its dismissals: the same suggestion is offered
+    again."""
     async with lsp_session(db, root=repo) as (client, _):
         uri = open_doc(client, repo / "c.py", DOC)
         first = await inline_item(client, uri, 9, 0)

@@ -99,6 +99,9 @@ def present(n: Nvim, keys: str) -> dict:
 
 
 def test_next_word_goes_through_on_accept_and_is_reported_partial(nvim):
+    """In Neovim 0.12 the module's next-word key inserts the suggestion's first word through
+    Neovim's own inline completion, ends it, and the server counts it as shown and partially
+    accepted."""
     nvim.wait(lambda: nvim.lua("vim.fn.maparg('<M-Right>', 'i', false, true).desc or ''")
               .startswith("assistd:"), TIMEOUT_S, "the client attached")
     assert nvim.lua("require('assistd').status()") in ("assistd", "assistd: loading")
@@ -118,6 +121,8 @@ def test_next_word_goes_through_on_accept_and_is_reported_partial(nvim):
 
 
 def test_tab_accepts_natively_and_escape_dismisses(nvim):
+    """In Neovim, Tab accepts the suggestion natively (counted accepted by the server) and
+    leaving insert mode dismisses a shown one (counted dismissed)."""
     before = acceptance(nvim)
     item = present(nvim, "<Esc>Go<CR>def cube_volume(side):<CR>")
     nvim.send("<Tab>")  # the module's key: get(), Neovim's own accept and command

@@ -41,6 +41,9 @@ def test_doctests_pass():
 
 
 def test_split_lines_breaks_only_where_lsp_does():
+    """split_lines breaks at CRLF, CR and LF only, as LSP counts lines; form feed, vertical tab,
+    file/group/record separators, NEL and the Unicode line and paragraph separators stay inside
+    a line (str.splitlines would split them)."""
     assert split_lines("a\r\nb\rc\nd") == ["a", "b", "c", "d"]
     assert split_lines("a\n") == ["a", ""]
     assert split_lines("") == [""]
@@ -52,6 +55,8 @@ def test_split_lines_breaks_only_where_lsp_does():
 
 
 def test_detect_eol_majority():
+    """detect_eol returns the document's most common line ending (CRLF, LF or CR); a tie, no
+    ending or an empty text gives LF."""
     assert detect_eol("a\r\nb\r\nc\n") == "\r\n"
     assert detect_eol("a\nb\nc\r\n") == "\n"
     assert detect_eol("a\rb\rc\r\n") == "\r"
@@ -62,6 +67,9 @@ def test_detect_eol_majority():
 
 
 def test_detect_indent():
+    """detect_indent finds the document's indentation unit (a tab, 2, 4 or 8 spaces) from
+    indented lines, ignoring multi-level dedents and 1-column JSDoc alignment; tabs only when
+    most indented lines start with one; 4 spaces when nothing is indented."""
     assert detect_indent("def f():\n\tif x:\n\t\treturn 1\n") == "\t"
     assert detect_indent("a:\n  b:\n    c: 1\n  d: 2\n") == "  "
     assert detect_indent("def f():\n    if x:\n        return 1\n    return 2\n") == "    "
@@ -80,6 +88,8 @@ def test_detect_indent():
 
 
 def test_context_in_a_crlf_document():
+    """In a CRLF document the context's prefix and suffix are LF-normalised, with eol CRLF,
+    indent 4 spaces, the cursor line's halves, and line mode mid-line."""
     text = "def f(x):\r\n    y = g(x)\r\n    return y\r\n"
     c = context_at(text, text.index("g(") + 2)
     assert c.prefix == "def f(x):\n    y = g("
@@ -89,6 +99,8 @@ def test_context_in_a_crlf_document():
 
 
 def test_offset_inside_a_crlf_is_the_end_of_that_line():
+    """An offset between CR and LF is the end of that line: the same context as the offset
+    before the CR."""
     text = "ab\r\ncd"
     assert context_at(text, 3) == context_at(text, 2)
     c = context_at(text, 3)
@@ -96,6 +108,8 @@ def test_offset_inside_a_crlf_is_the_end_of_that_line():
 
 
 def test_bad_offsets_raise_value_error():
+    """Offsets below 0 or past the text raise ValueError ('outside'); the text's end and 0 in an
+    empty text are valid."""
     for text, offset in [("abc", -1), ("abc", 4), ("", 1), ("a\r\n", 99)]:
         with pytest.raises(ValueError, match="outside"):
             context_at(text, offset)
@@ -118,6 +132,8 @@ DOCUMENTS = [
 
 @pytest.mark.parametrize("text", DOCUMENTS, ids=range(len(DOCUMENTS)))
 def test_prefix_plus_suffix_is_the_normalised_document_at_every_offset(text):
+    """At every offset of each test document, prefix + suffix is the LF-normalised document, the
+    line halves join to the cursor's line without a newline, and the mode is line or block."""
     normalised = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = normalised.split("\n")
     for offset in range(len(text) + 1):
@@ -150,6 +166,9 @@ def test_prefix_plus_suffix_is_the_normalised_document_at_every_offset(text):
     ("undo|", "line"),           # "do" only as a word
 ])
 def test_mode(line, mode):
+    """The mode is block on an empty or whitespace-only line, after an opener (:, {, =>, do,
+    then, an open bracket) or before a lone closer; line at the end of a line with text or
+    mid-line."""
     text = "first\n" + line.replace("|", "") + "\nlast\n"
     assert context_at(text, 6 + line.index("|")).mode == mode
 
@@ -158,6 +177,8 @@ def test_mode(line, mode):
 
 
 def test_line_mode_ends_at_the_first_newline_after_content():
+    """In line mode the suggestion stops at the first newline after content (undecided until
+    then), never inside a CRLF."""
     stop = stop_at(context_at("x = \n", 4))
     assert stop("foo(1)") is None
     assert stop("foo(1)\nbar") == 6
@@ -166,6 +187,8 @@ def test_line_mode_ends_at_the_first_newline_after_content():
 
 
 def test_leading_newline_at_end_of_line_continues_onto_the_next_line():
+    """At the end of a line, leading newlines and blank lines continue onto the next line; the
+    stop comes after the next line's content."""
     stop = stop_at(context_at("def f(x):\n    y = g(x)", 22))
     assert stop("\n") is None
     assert stop("\n    return y") is None
@@ -174,6 +197,8 @@ def test_leading_newline_at_end_of_line_continues_onto_the_next_line():
 
 
 def test_leading_newline_mid_line_is_empty():
+    """Mid-line, output that starts with a newline (after optional spaces) stops at 0: nothing
+    to insert; otherwise the stop is the line's end."""
     stop = stop_at(context_at("f(a, b)", 2))
     assert stop("\nz") == 0
     assert stop("  \n") == 0
@@ -182,6 +207,8 @@ def test_leading_newline_mid_line_is_empty():
 
 
 def test_stop_is_stable_once_it_fires():
+    """Once stop_at fires on a prefix of the output it returns the same cut for every longer
+    prefix."""
     stop = stop_at(context_at("total = ", 8))
     output = "a + b\nc = 1\nd = 2\n"
     first = next(n for n in range(len(output) + 1) if stop(output[:n]) is not None)
@@ -193,6 +220,8 @@ def test_stop_is_stable_once_it_fires():
 
 
 def test_block_ends_at_dedent():
+    """A block suggestion ends before the first line shallower than the block; deeper lines
+    belong to it."""
     ctx = context_at("def f(x):\n", 9)
     out = "\n    y = x\n    return y\ndef g():\n"
     assert stop_at(ctx)(out) == len("\n    y = x\n    return y")
@@ -202,6 +231,8 @@ def test_block_ends_at_dedent():
 
 
 def test_block_ends_at_blank_line_after_content():
+    """A block suggestion ends at a blank (or whitespace-only) line after content, or at a line
+    dedented below the cursor's indentation."""
     ctx = context_at("class A:\n    ", 13)
     stop = stop_at(ctx)
     assert stop("x = 1\n    y = 2\n") is None
@@ -212,11 +243,15 @@ def test_block_ends_at_blank_line_after_content():
 
 
 def test_blank_lines_before_content_do_not_end_the_block():
+    """Blank lines before any content do not end a block suggestion; the blank line after it
+    does."""
     stop = stop_at(context_at("if x:", 5))
     assert stop("\n\n    a()\n    b()\n\n") == len("\n\n    a()\n    b()")
 
 
 def test_block_max_lines():
+    """A block suggestion stops after max_lines complete lines (12 by default); an incomplete
+    last line leaves it undecided."""
     ctx = context_at("data = [\n", 8)
     out = "".join(f"\n    {i}," for i in range(20))
     assert stop_at(ctx)(out) == len("".join(f"\n    {i}," for i in range(12)))
@@ -225,6 +260,7 @@ def test_block_max_lines():
 
 
 def test_block_stop_never_cuts_inside_crlf():
+    """A block stop in CRLF output falls before the CR, never between CR and LF."""
     stop = stop_at(context_at("if x:", 5))
     assert stop("\r\n    a()\r\nb()") == len("\r\n    a()")
 
@@ -233,6 +269,8 @@ def test_block_stop_never_cuts_inside_crlf():
 
 
 def test_crlf_document_gets_crlf_suggestion():
+    """In a CRLF document the suggestion's line breaks are CRLF, whatever the model's token
+    boundaries."""
     text = "def f(x):\r\n    y = x\r\n"
     ctx = context_at(text, 9)
     assert ctx.prefix == "def f(x):" and ctx.suffix == "\n    y = x\n"
@@ -243,6 +281,8 @@ def test_crlf_document_gets_crlf_suggestion():
 
 
 def test_trailing_whitespace_and_newline_only():
+    """Trailing spaces and tabs are trimmed; output that is only newlines and whitespace
+    suggests nothing."""
     ctx = context_at("x = ", 4)
     assert postprocess("1  \t", ctx) == "1"
     assert postprocess("\n    ", ctx) == ""
@@ -251,11 +291,15 @@ def test_trailing_whitespace_and_newline_only():
 
 
 def test_output_starting_with_newline_at_end_of_line_is_the_next_line():
+    """At the end of a line, output starting with a newline is suggested as the next line
+    (stopping at the blank line)."""
     text = "def f(x):\n    y = g(x)\n"
     assert suggest(text, 22, "\n    return y\n\ndef h():\n") == "\n    return y"
 
 
 def test_retyped_closing_bracket_in_line_mode():
+    """In line mode closers and ; the line already has after the cursor are not suggested again;
+    mid-line only the overlap at the end is trimmed."""
     text = "total = add(x, )\nprint(total)\n"
     assert context_at(text, 15).mode == "line"
     assert suggest(text, 15, "y)\nprint(total)\n") == "y"
@@ -269,6 +313,8 @@ def test_retyped_closing_bracket_in_line_mode():
 
 
 def test_output_duplicating_the_next_line_is_empty_in_block_mode():
+    """In block mode output equal to the next non-blank line suggests nothing; output differing
+    from it (even by spacing) is kept."""
     text = "def f(x):\n    return x\n"
     assert postprocess("\n    return x", context_at(text, 9)) == ""
     assert suggest(text, 9, "\n    return x\n\n") == ""
@@ -278,6 +324,8 @@ def test_output_duplicating_the_next_line_is_empty_in_block_mode():
 
 
 def test_block_mode_drops_only_the_repeated_tail():
+    """In block mode only the tail that repeats the following lines is dropped; a changed line
+    is kept."""
     text = "def f(x):\n    \n    return y\nprint(f(1))\n"
     ctx = context_at(text, 14)
     assert postprocess("y = x + 1\n    return y", ctx) == "y = x + 1"
@@ -286,6 +334,8 @@ def test_block_mode_drops_only_the_repeated_tail():
 
 
 def test_tab_document_gets_tabs():
+    """In a tab-indented document the model's space indentation becomes tabs (its own step, 4 or
+    2, decides the levels); alignment spaces after the tabs stay."""
     text = "class A:\n\tdef f(self):\n\t\tpass\n\tdef g(self):\n"
     ctx = context_at(text, len(text) - 1)
     assert ctx.indent == "\t" and ctx.mode == "block"
@@ -298,6 +348,8 @@ def test_tab_document_gets_tabs():
 
 
 def test_two_space_document_gets_two_spaces_for_a_tab():
+    """In a 2-space document each tab of the model's output becomes 2 spaces; other spaces are
+    unchanged."""
     text = "function f() {\n  if (x) {\n    y();\n  }\n}\n"
     ctx = context_at(text, text.index("y();") + 4)
     assert ctx.indent == "  " and ctx.mode == "line"
@@ -309,6 +361,8 @@ def test_two_space_document_gets_two_spaces_for_a_tab():
 
 
 def test_first_line_is_left_as_is():
+    """The first line of a suggestion is left as is; only later lines are re-indented to the
+    document's tabs."""
     ctx = context_at("a:\n\tb\n\tc:", 8)
     assert postprocess("    x\n    y", ctx) == "    x\n\ty"
 
@@ -349,6 +403,9 @@ def accept(doc: str, output: str, *, offset: int | None = None, chunk: int = 1) 
 
 
 def test_prompt_ends_before_the_whitespace_of_an_auto_indented_line():
+    """When the cursor sits on an auto-indented (or empty) line after an opener or trailing
+    blanks, the prompt ends before that whitespace (the cut); with text before the cursor, or no
+    opener, the context is unchanged."""
     for doc, head, cut in [
         ("def f(x):\n    ", "def f(x):", "\n    "),
         ("def f(x):\n\t", "def f(x):", "\n\t"),
@@ -376,6 +433,9 @@ SQUARE = "def area(side):\n"
     "\n\n    return side * side\n\n",  # a blank line first: kept, without indentation
 ])
 def test_accepted_line_has_the_model_indentation_whatever_the_editor_put(auto, output):
+    """After def area(side): and Enter, whatever indentation the editor put (none, 2, 4, 8
+    spaces, a tab), accepting the suggestion gives the line the model's indentation (4 spaces,
+    or a tab where the editor's tab decides)."""
     unit = "\t" if auto == "\t" else "    "  # nothing else indented: the editor's tab decides
     want = SQUARE + ("\n" if output.startswith("\n\n") else "") + unit + "return side * side"
     assert accept(SQUARE + auto, output) == want
@@ -383,6 +443,8 @@ def test_accepted_line_has_the_model_indentation_whatever_the_editor_put(auto, o
 
 
 def test_tab_document():
+    """In a tab document, whatever the editor's auto-indent, the accepted line gets two tabs,
+    the model's spaces turned to tabs; in a new file the editor's tab decides."""
     doc = "class A:\n\tdef f(self):\n\t\tpass\n\tdef area(self, side):\n"
     for auto in ["\t\t", "\t", "", "        ", "\t  "]:
         assert accept(doc + auto, "\n\t\treturn side * side\n\n") == doc + "\t\treturn side * side"
@@ -396,6 +458,8 @@ def test_tab_document():
 
 
 def test_multi_line_block_keeps_its_shape():
+    """A multi-line block suggestion keeps its nesting whatever indentation the editor put on
+    the cursor's line."""
     out = "\n    if side < 0:\n        raise ValueError(side)\n    return side * side\n\ndef g"
     want = SQUARE + "    if side < 0:\n        raise ValueError(side)\n    return side * side"
     for auto in ["    ", "", "        ", "  "]:
@@ -403,6 +467,8 @@ def test_multi_line_block_keeps_its_shape():
 
 
 def test_dedent_replaces_the_editor_indentation():
+    """A suggestion that dedents (a new def) replaces the editor's indentation on the cursor's
+    line, keeping the model's blank lines."""
     doc = "def f(x):\n    return x\n    "
     assert accept(doc, "\n\ndef g(y):\n    return y\n") == \
         "def f(x):\n    return x\n\ndef g(y):\n    return y"
@@ -411,6 +477,8 @@ def test_dedent_replaces_the_editor_indentation():
 
 
 def test_output_continuing_the_line_before_shows_nothing():
+    """Output that continues the line before the cursor (a comment after the colon) cannot be
+    inserted at the cursor: nothing is suggested and generation stops at once."""
     # The prompt ends at "):" and the cursor is on the next line: text for that earlier
     # line cannot be inserted at the cursor, and the generation stops at once.
     assert stop_at(prompt_context(context_at(SQUARE + "    ", 20)))(" #") == 0
@@ -419,12 +487,15 @@ def test_output_continuing_the_line_before_shows_nothing():
 
 
 def test_whitespace_only_output_is_undecided_then_nothing():
+    """Whitespace-only output leaves the stop undecided and suggests nothing."""
     stop = stop_at(prompt_context(context_at(SQUARE + "    ", 20)))
     assert stop("\n") is None and stop("\n    ") is None and stop("\n\n  \n") is None
     assert postprocess("\n    ", prompt_context(context_at(SQUARE + "    ", 20))) == ""
 
 
 def test_blank_lines_above_the_cursor():
+    """After a blank line the accepted text keeps as many blank lines as the model wrote; at
+    column 0 after a blank line or a line that opens nothing, the prompt is unchanged."""
     doc = "def f():\n    return 1\n\n  "  # auto-indent after a blank line: cut to "1"
     assert accept(doc, "\n\n\ndef g():\n    return 2\n\n") == \
         "def f():\n    return 1\n\n\ndef g():\n    return 2"  # the model's second blank line
@@ -439,6 +510,8 @@ def test_blank_lines_above_the_cursor():
 
 
 def test_crlf_document_with_auto_indent():
+    """In a CRLF document with an auto-indented cursor the insert replaces nothing and uses CRLF
+    between lines."""
     doc = "def area(side):\r\n    "
     ctx = context_at(doc, len(doc))
     pctx = prompt_context(ctx)
@@ -447,6 +520,8 @@ def test_crlf_document_with_auto_indent():
 
 
 def test_cursor_with_text_before_it_is_untouched():
+    """With text before the cursor on its line the insert replaces nothing: the model's text is
+    inserted as is (an exact repeat of what follows suggests nothing)."""
     doc = "x = compute("
     assert fit("a, b", context_at(doc, len(doc))) == (0, "a, b")
     assert accept("total = ", "a + b\n") == "total = a + b"
@@ -465,6 +540,9 @@ def test_cursor_with_text_before_it_is_untouched():
     ("    x = f(", "a,\n    b,\nc)", 0, "a,\nb,"),               # cut before the shallower line
 ])
 def test_item_text_is_relative_to_the_line_indentation(line_prefix, insert, n, want):
+    """A completion item's continuation lines are made relative to the cursor line's indentation
+    (the editor adds it back); blank lines stay blank; the text is cut before a line shallower
+    than the cursor's."""
     ctx = context_at("def f():\n" + line_prefix, 9 + len(line_prefix))
     assert item_text(insert, n, ctx) == want
 
