@@ -73,6 +73,9 @@ def short_run(tmp_path_factory, edit_repo, library):
 
 
 def test_short_run_writes_valid_json_markdown_and_png(short_run):
+    """A short `assistd bench --report` writes ledger.json (the printed report), ledger.md with
+    a section per workload, and two PNG plots, and prints progress as lines ending at 72/72
+    generations."""
     report, out, stderr = short_run
     assert sorted(p.name for p in out.iterdir()) == [
         "acceptance.png", "ledger.json", "ledger.md", "speedup.png"]
@@ -91,6 +94,10 @@ def test_short_run_writes_valid_json_markdown_and_png(short_run):
 
 
 def test_short_run_has_every_arm_and_workload(short_run):
+    """The short run has the four workloads, each with the nine arms in order (plain under fast
+    numerics, llama and exact in companion processes, the proposers and peers); the edit
+    workload's history drafts accepted tokens; the library peer's extra memory is n_ctx x
+    n_vocab float32."""
     report, _, _ = short_run
     assert [w["name"] for w in report["workloads"]] == ["edit", "agent", "stdlib", "novel"]
     # The default numerics (fast) in this process; llama.cpp's defaults (the baseline)
@@ -119,6 +126,9 @@ def test_short_run_has_every_arm_and_workload(short_run):
 
 
 def test_short_run_obeys_the_ledger_arithmetic(short_run):
+    """Every arm of the short run obeys the ledger arithmetic; speedups are against the
+    plain:llama baseline's tokens/s; a drafting arm has a ceiling, a plain arm none; each
+    workload reports t(1), t(2), t(8)."""
     report, _, _ = short_run
     assert check_ledger(report) == []
     for w in report["workloads"]:
@@ -140,6 +150,8 @@ def test_short_run_obeys_the_ledger_arithmetic(short_run):
 
 
 def test_check_ledger_catches_a_broken_row(short_run):
+    """check_ledger reports an arm whose committed tokens break C + R + P or whose acceptance
+    rate disagrees with its counters."""
     report = copy.deepcopy(short_run[0])
     arm = next(a for a in report["workloads"][0]["arms"] if a["arm"] == "ngram")
     arm["committed_tokens"] += 1
@@ -177,6 +189,9 @@ def test_greedy_output_matches_plain_up_to_near_ties(short_run):
 
 
 def test_workload_specs():
+    """parse_spec reads a workload name, name=PATH, or a bare path (a folder of .py files is
+    stdlib, of transcripts agent); an unknown name or a missing path is an InputError saying
+    which."""
     assert parse_spec("agent") == ("agent", None)
     assert parse_spec(f"stdlib={ROOT / 'proposers'}") == ("stdlib", ROOT / "proposers")
     assert parse_spec(str(ROOT / "proposers")) == ("stdlib", ROOT / "proposers")
@@ -188,6 +203,8 @@ def test_workload_specs():
 
 
 def test_edit_cursor_goes_after_the_first_change_followed_by_unchanged_lines():
+    """edit_cursor puts the cursor after the first changed (or inserted) line that has unchanged
+    lines after it; a change only at the end gives None."""
     old = "a\nb\nc\nd\ne\nf\n"
     new = "a\nB\nc\nd\ne\nf\n"
     assert edit_cursor(old, new) == len("a\nB\n")
@@ -198,6 +215,9 @@ def test_edit_cursor_goes_after_the_first_change_followed_by_unchanged_lines():
 
 
 def test_arms_and_their_errors():
+    """arms_for builds plain first, then each proposer or peer with its k (10 for the PLD peers)
+    and the library peer; an unknown proposer, or draft_model without --draft-model, is an
+    InputError."""
     arms = arms_for(["suffix", "peer:llama-cpp-python-pld"], "auto",
                     library_peer="llama-cpp-python PLD (library)")
     assert [(a.name, a.kind, a.k) for a in arms] == [
@@ -219,6 +239,8 @@ def test_arms_and_their_errors():
     (["--workload", "edit=/nonexistent"], "does not exist"),
 ])
 def test_cli_refuses_bad_settings_with_one_line(args, message):
+    """`assistd bench` with an unknown workload or proposer, k 0 or 99, or a missing repository
+    exits 2 with one message and no traceback."""
     proc = subprocess.run([sys.executable, "-m", "assistd", "bench", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2, proc.stderr
@@ -239,6 +261,8 @@ def test_cli_refuses_an_unwritable_report_folder_before_the_run(tmp_path, sub):
 
 
 def test_binary_files_are_no_library_and_an_empty_repository_no_history(tmp_path, target):
+    """A library folder of binary .py files is refused (no .py text file), a text file is taken;
+    a repository without commits is refused as an edit workload."""
     from assistd.measure.bench_workloads import edit_workload, library_files
 
     lib = tmp_path / "lib"
@@ -256,6 +280,9 @@ def test_binary_files_are_no_library_and_an_empty_repository_no_history(tmp_path
 
 
 def test_drift_is_warned_about(short_run):
+    """drift_warnings warns when an arm drafted nothing yet sped up, t(1) is implausible,
+    calibration fell back on a busy machine, the baseline's tokens/s drifted between repeats
+    beyond DRIFT, t(2) < t(1), or plain ran off the baseline."""
     from assistd.measure.bench import drift_warnings
 
     report = copy.deepcopy(short_run[0])
@@ -384,10 +411,12 @@ def test_tree_arms():
         arms_for(["ngram+tree"], 8, library_peer=None)
 
 
+@pytest.mark.exact_numerics
 def test_tree_run_on_llama_opens_branch_ids_and_matches_plain(edit_repo):
     """A short `bench --tree both` on the edit workload: the Target is opened with
     branch ids (one batch a tree), the tree arms run tree rounds and count them, their
-    output equals plain decoding's (exact numerics), and the ledger arithmetic holds."""
+    output equals plain decoding's (exact numerics), and the ledger arithmetic holds. The run
+    pins ``--numerics exact``."""
     # --numerics exact: output equal to plain decoding's is exact numerics' promise.
     cmd = [sys.executable, "-m", "assistd", "bench", "--numerics", "exact",
            "--workload", f"edit={edit_repo}",

@@ -59,6 +59,8 @@ def totals(counts: ReplayCounts):
 
 
 def test_split_round_robin_and_bounds():
+    """split_streams deals sessions round robin over 1..n streams (5 over 2: [0, 2, 4], [1, 3]);
+    other stream counts raise ValueError; the script's doctests pass."""
     assert doctest.testmod(fleet).failed == 0  # the script's docstring examples
     assert fleet.split_streams(5, 2) == [[0, 2, 4], [1, 3]]
     assert fleet.split_streams(3, 3) == [[0], [1], [2]]
@@ -69,6 +71,8 @@ def test_split_round_robin_and_bounds():
 
 
 def test_clock_counts_model_tokens_only():
+    """The fleet clock advances by model tokens only (prompts take no time): agents run side by
+    side and the clock ends at 5."""
     # Agent 0: a prompt (no time), model turns of 3 and 2 tokens; agent 1: one of 4.
     a = session("a", ([1, 2], False), ([3, 4, 5], True), ([6], False), ([7, 8], True))
     b = session("b", ([9, 9, 9, 9], True))
@@ -79,6 +83,9 @@ def test_clock_counts_model_tokens_only():
 
 
 def test_a_turn_is_visible_to_other_agents_only_once_it_ended():
+    """A shared history lets an agent draft from another agent's turn only once that turn has
+    ended on the clock; silos never do; committed tokens are the recording's whatever the
+    arm."""
     rng = np.random.default_rng(0)
     text = rng.integers(100, 5000, 60)
     filler = lambda n: rng.integers(5000, 9000, n)  # noqa: E731 (tokens nobody repeats)
@@ -115,6 +122,8 @@ def replay_alone(sessions):
 
 @needs_fixtures
 def test_one_agent_is_assistd_replay(real):
+    """One stream of every real session gives the counts of assistd replay; a restart at the
+    start changes nothing."""
     got = fleet.run_arm(real, fleet.split_streams(len(real), 1), shared=False, restart_at=None,
                         k=16, cost=FLAT)
     assert totals(got.counts) == totals(replay_alone(real))
@@ -126,6 +135,8 @@ def test_one_agent_is_assistd_replay(real):
 
 @needs_fixtures
 def test_silos_are_each_session_replayed_alone(real):
+    """Silos (one stream per session, no sharing) sum to each session replayed alone; shared or
+    not, every agent commits exactly the recording's model tokens."""
     n = len(real)
     silo = fleet.run_arm(real, fleet.split_streams(n, n), shared=False, restart_at=None, k=16,
                          cost=FLAT)
@@ -140,6 +151,9 @@ def test_silos_are_each_session_replayed_alone(real):
 
 @needs_fixtures
 def test_report_and_store_cost_on_real_sessions(real, target):
+    """fleet_report on real sessions gives every arm per stream count with tokens per call in
+    1..17 and coverage in 0..1; store_cost counts the history's tokens, documents and propose
+    calls."""
     report = fleet.fleet_report(real, [1, 2], 16, FLAT, progress=lambda line: None)
     assert set(report[1]) == {"streams", "clock_tokens", "silo", "silo+restart"}
     assert set(report[2]) == {"streams", "clock_tokens", *fleet.ARMS}

@@ -49,6 +49,8 @@ def ledger(tmp_path_factory, shared_cache_dir):
 
 
 def test_every_section_ran(ledger):
+    """The CPU rehearsal of the GPU run has the shapes, real and modeled sections ok and wrote
+    its t-ratio plot."""
     data, out = ledger
     assert {name: s["status"] for name, s in data["sections"].items()} == {
         "shapes": "ok", "real": "ok", "modeled": "ok"}
@@ -58,6 +60,8 @@ def test_every_section_ran(ledger):
 
 
 def test_a_section_past_its_budget_stops_and_leaves_a_partial_ledger(tmp_path):
+    """A section past its time budget stops and leaves a ledger marking it partial, with only
+    that section run."""
     proc = subprocess.run([sys.executable, str(GPU / "run.py"), "--device", "cpu", "--sizes", "small",
                            "--sections", "shapes", "--models", "smollm2-135m", "--budget-s", "0.001",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
@@ -68,6 +72,8 @@ def test_a_section_past_its_budget_stops_and_leaves_a_partial_ledger(tmp_path):
 
 
 def test_t_of_n_is_positive_and_finite_for_every_model_and_context(ledger):
+    """Every model's t(n) sweep at contexts 64 and 256 has finite positive times for n 1..17,
+    non-decreasing in n; SmolLM2's shapes match its published config."""
     data, _ = ledger
     sweeps = data["sweeps"]
     assert set(sweeps) == {"smollm2-135m/random", "qwen2.5-coder-1.5b/random",
@@ -83,6 +89,8 @@ def test_t_of_n_is_positive_and_finite_for_every_model_and_context(ledger):
 
 
 def test_exactness_is_equal_or_a_near_tie(ledger):
+    """The rehearsal's greedy check is identical or near-ties only, with drafts verified and
+    accepted; its sampling check matches p while a biased control is rejected."""
     data, _ = ledger
     real = data["real"]["float32"]
     greedy = real["greedy"]
@@ -96,6 +104,8 @@ def test_exactness_is_equal_or_a_near_tie(ledger):
 
 
 def test_modeled_speedup_for_every_workload_and_proposer(ledger):
+    """The modeled section has a finite positive speedup for every workload, guide, proposer and
+    model, one per context."""
     data, _ = ledger
     acceptance = modeled.load()
     rows = data["modeled"]["rows"]
@@ -125,6 +135,8 @@ def test_modeled_speedup_is_the_replays_physical_formula():
 
 
 def test_budget_check_refuses_a_payload_over_64_mib(tmp_path):
+    """prepare.py check refuses a 65 MiB carry (exit 2, exceeds 64 MiB) and accepts a small one;
+    check_budget raises BudgetError over 64 MiB."""
     big = tmp_path / "weights.part1"
     with big.open("wb") as f:  # sparse: 65 MiB on paper, nothing on disk
         f.truncate(65 * 2**20)
@@ -140,6 +152,8 @@ def test_budget_check_refuses_a_payload_over_64_mib(tmp_path):
 
 
 def test_split_parts_assemble_to_the_same_file(tmp_path):
+    """A file split into parts assembles back byte for byte; with a part missing, assembly fails
+    naming it."""
     src = tmp_path / "model.gguf"
     src.write_bytes(bytes(range(256)) * 1001)
     manifest = payload.split(src, [tmp_path / "pay" / "part1", tmp_path / "pay" / "part2"])

@@ -37,12 +37,16 @@ def score(http, vocab, pieces):
 
 
 def test_echoed_rows_are_the_next_tokens_distribution(http):
+    """llama-cpp-python's echoed logprob row i is the distribution of token i + 1 (not of token
+    i, as OpenAI's and vLLM's)."""
     # llama-cpp-python's row i is the distribution of token i + 1 (OpenAI's and vLLM's:
     # of token i); reading it the OpenAI way would verify every draft one token late.
     assert rv.rows_predict_next(http) is True
 
 
 def test_the_longest_top1_prefix_is_accepted_then_the_servers_token(http, vocab):
+    """Scoring a draft against the server accepts its longest prefix of top-1 tokens, then takes
+    the server's token as bonus (' eight', ',' all accepted; ' nine' none, bonus ' eight')."""
     rv.complete(http, rv.RESET, max_tokens=1)
     truth = rv.complete(http, PROMPT, max_tokens=2)["choices"][0]["text"]
     assert truth == " eight,"  # the model's greedy continuation, sequentially decoded
@@ -57,6 +61,8 @@ def test_the_longest_top1_prefix_is_accepted_then_the_servers_token(http, vocab)
 
 
 def test_a_remotely_verified_generation_commits_the_greedy_tokens(http, vocab):
+    """A generation verified through the server with a suffix proposer commits the server's
+    greedy tokens, with drafts accepted and none misaligned."""
     doc = vocab.ids("zero, one, two, three, four, five, six, seven, eight, nine, ten")
     c = rv.verify(http, vocab, rv.suffix_proposer(doc), PROMPT, 4, 4, True)
     a = rv.stream(http, PROMPT, 4)

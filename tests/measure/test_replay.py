@@ -96,6 +96,8 @@ def test_walk_context_before_the_turn_and_the_last_token_is_plain():
 
 
 def test_no_draft_is_a_plain_step():
+    """A proposer that drafts nothing gives plain steps only: coverage 0, acceptance null, one
+    token per call, modeled speedup 1."""
     counts, p = walk([7, 8, 9], 0, 3, [], 4)
     led = counts.ledger
     assert (led.rounds, led.plain_steps, led.committed_tokens) == (0, 3, 3)
@@ -135,6 +137,9 @@ def test_metrics_by_hand():
 
 
 def test_pure_helpers():
+    """Worked examples of the replay kernels: common_prefix_len, tokens_per_call and
+    modeled_speedup with no data (None), modeled_speedup 44/26 for 4 tokens in one round,
+    per_position."""
     assert common_prefix_len(np.array([1, 2, 3]), np.array([1, 2, 3])) == 3
     assert common_prefix_len(np.array([9]), np.array([1])) == 0
     assert tokens_per_call(0, 0, 0) is None
@@ -187,6 +192,8 @@ def test_later_sessions_draft_from_earlier_ones_through_the_history():
 
 
 def test_seed_documents_are_in_the_history_before_the_session():
+    """A session's seed documents are in the history before it is replayed: n-gram drafts from
+    them are accepted."""
     turn = list(range(200, 230))
     counts = replay_proposer(lambda h: make_proposer("ngram", history=h, min_n=3),
                              [tokenized("s", [(turn, True)], seed=[("old", turn)])], 16)
@@ -194,6 +201,8 @@ def test_seed_documents_are_in_the_history_before_the_session():
 
 
 def test_build_proposer_errors_name_the_fix():
+    """build_proposer names the known proposers for an unknown one; draft_model is not among the
+    defaults, ngram and the PLD peers are."""
     with pytest.raises(InputError, match="unknown proposer 'nope'; known: .*ngram"):
         build_proposer("nope", None)
     assert "draft_model" not in default_proposers()
@@ -245,6 +254,9 @@ def test_transformers_peer_matches_prompt_lookup_candidate_generator():
 
 
 def test_peer_kernels_worked_examples():
+    """Worked examples of the PLD peers' kernels: earliest_lookup continues the earliest match
+    (running into the tail), nothing without one; cut_at_eos; transformers-pld drafts only on a
+    match."""
     assert earliest_lookup(np.array([1, 2, 3, 4, 2, 3]), 2, 10)[0].tolist() == [4, 2, 3]
     assert earliest_lookup(np.array([1, 2, 1, 2]), 2, 10)[0].tolist() == [1, 2]  # runs into the tail
     assert earliest_lookup(np.array([1, 2, 3]), 2, 10)[0].tolist() == []
@@ -345,6 +357,9 @@ def three_commits(tmp_path):
 
 
 def test_git_history_as_sessions(three_commits):
+    """git_sessions turns the last commits into one session per changed file (path, then file
+    turns), seeded with the file's previous version unless already replayed, skipping binaries,
+    counted in the report."""
     report = InputReport()
     sessions = git_sessions(three_commits, 3, report)
     assert [s.name.split(":", 1)[1] for s in sessions] == ["a.py", "a.py", "b.py"]
@@ -372,6 +387,8 @@ def test_git_replay_drafts_the_new_version_from_the_old(three_commits):
 
 
 def test_git_errors(tmp_path):
+    """A --git path that is not a directory, or not a repository, is an InputError saying
+    which."""
     with pytest.raises(InputError, match="not a directory"):
         git_sessions(tmp_path / "nope", 3, InputReport())
     (tmp_path / "plain").mkdir()
@@ -432,6 +449,9 @@ def test_replay_on_the_shared_fixtures_is_deterministic():
 
 
 def test_cli_json_report(tmp_path):
+    """`assistd replay --json` over two transcripts reports k, the cost model given, the inputs
+    (formats, sessions, model turns) and for each proposer every metric, committing the
+    recording's model tokens."""
     cost = tmp_path / "cost.json"
     BRIEF.save(cost)
     r = assistd("replay", DATA / "claude_session.jsonl", DATA / "chat.jsonl", "--proposer", "ngram",
@@ -464,6 +484,7 @@ def test_cli_table_lists_every_default_proposer():
 
 
 def test_cli_default_cost_model_is_calibrated_on_the_target():
+    """Without --cost-model, replay calibrates t(n) for 1..32 on the embedded SmolLM2 Target."""
     r = assistd("replay", DATA / "chat.jsonl", "--proposer", "ngram", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -473,6 +494,8 @@ def test_cli_default_cost_model_is_calibrated_on_the_target():
 
 
 def test_cli_git(three_commits):
+    """`assistd replay --git` replays the last commits' files and ngram drafts accepted
+    tokens."""
     r = assistd("replay", "--git", three_commits, "--git-commits", 2, "--proposer", "ngram",
                 "--cost-model", "reference", "--json")
     assert r.returncode == 0, r.stderr
@@ -496,6 +519,8 @@ def test_a_fifo_given_by_name_is_said_to_be_no_regular_file(tmp_path):
 
 
 def test_cli_bad_inputs_are_one_line_exit_2(tmp_path):
+    """replay with a missing file, an unknown format or proposer, a missing cost model, nothing
+    to replay or a non-repository --git exits 2 with one line naming the fix."""
     missing = tmp_path / "missing.jsonl"
     one_line_error(assistd("replay", missing, "--cost-model", "reference"), "file not found", str(missing))
     one_line_error(assistd("replay", DATA / "notes.txt", "--cost-model", "reference"),
@@ -652,6 +677,8 @@ def test_cli_tree_both_compares_in_one_run():
 
 
 def test_cli_tree_errors_are_one_line():
+    """replay with ngram+tree (no tree mode; suffix has) or --nodes 0 exits 2 with one line, no
+    traceback."""
     one_line_error(assistd("replay", DATA / "chat.jsonl", "--proposer", "ngram+tree",
                            "--cost-model", "flat"), "'ngram' has no tree mode", "suffix")
     r = assistd("replay", DATA / "chat.jsonl", "--nodes", 0)
