@@ -110,12 +110,16 @@ def test_valid_bodies_are_answered(client):
 @example(path="/v1/completions", body=b"[" * 100_000)  # nested past the recursion limit
 @example(path="/v1/chat/completions", body=b'{"model": "assistd", "messages": "\\ud800"}')
 def test_any_body_is_a_2xx_or_a_4xx(client, path, body):
+    """Any body (random bytes, any JSON, invalid UTF-8, 100,000 nested brackets) posted to each
+    API route gets a 2xx or a 4xx in OpenAI's error shape, never a server error."""
     check(post(client, path, body))
 
 
 @settings(max_examples=examples(1.0))
 @given(data=st.data(), template=TEMPLATE)
 def test_mutated_valid_body_is_a_2xx_or_a_4xx(client, data, template):
+    """A valid request body with mutated fields gets a 2xx or a 4xx with OpenAI's error object,
+    never a server error."""
     path, good = template
     body = data.draw(mutated(good))
     check(post(client, path, json.dumps(body).encode()))
@@ -124,6 +128,8 @@ def test_mutated_valid_body_is_a_2xx_or_a_4xx(client, data, template):
 @settings(max_examples=examples(0.2))
 @given(template=TEMPLATE, name=TEXT, value=JSON)
 def test_unknown_fields_are_ignored_or_refused(client, template, name, value):
+    """A valid body with one unknown field of any name and value is served or refused with a
+    4xx, never a server error."""
     path, good = template
     check(post(client, path, json.dumps({**good, name: value}).encode()))
 
@@ -131,6 +137,8 @@ def test_unknown_fields_are_ignored_or_refused(client, template, name, value):
 @settings(max_examples=examples(0.2))
 @given(model=st.text(st.characters(exclude_categories=("Cs",)), max_size=30))
 def test_any_model_id_in_the_path_is_a_2xx_or_a_4xx(client, model):
+    """GET /v1/models/ID with any model id answers 2xx or 4xx, never a server error, within the
+    hang limit."""
     from urllib.parse import quote
 
     check(_pool.submit(client.get, "/v1/models/" + quote(model, safe="")).result(HANG_S))
@@ -154,4 +162,6 @@ BAD_PATHS = [
     ("/v1/assistd/complete", lambda p: {**COMPLETE, "repo": p}),
 ], ids=["completions", "chat-stream", "complete"])
 def test_unusable_paths_are_a_4xx(client, path, body, bad):
+    """An unusable scope or repository path in completions, a streamed chat or assistd/complete
+    gets a 2xx or 4xx, never a server error."""
     check(post(client, path, json.dumps(body(bad)).encode()))

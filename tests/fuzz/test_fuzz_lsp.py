@@ -181,6 +181,9 @@ def expect_answer_or_invalid(fn) -> object | None:
 @example(text="a\r\nb", line=0, character=2, inline=False)
 @example(text="", line=2**31 - 1, character=2**31 - 1, inline=True)
 def test_any_position_is_answered_or_invalid_params(lsp, text, line, character, inline):
+    """Any line and character in any document, for inline or classic completion, is answered
+    exactly when it lies inside the document (UTF-16) and refused with invalid params otherwise;
+    the server stays up."""
     uri = lsp.open("pos.py", text)
     if inline:
         ask = lsp.client.text_document_inline_completion_async(inline_params(uri, line, character))
@@ -204,6 +207,8 @@ def test_any_position_is_answered_or_invalid_params(lsp, text, line, character, 
 @example(line=0, character=2**40, position_null=False)
 @example(line=0, character=0, position_null=True)
 def test_raw_positions_of_any_json_type_get_an_answer(lsp, line, character, position_null):
+    """Positions of any integer size, negative, or null get an answer or invalid params, and the
+    server stays up."""
     uri = lsp.open("raw.py", "def f(x):\n    return x\n")
     params = {"textDocument": {"uri": uri},
               "position": None if position_null else {"line": line, "character": character},
@@ -234,6 +239,8 @@ CHANGE = st.one_of(
     range=types.Range(types.Position(0, 2), types.Position(0, 0)), text="x")],
     line=0, character=0)  # start after end
 def test_any_did_change_keeps_the_server_answering(lsp, start, changes, line, character):
+    """Any didChange (ranges inside surrogate pairs, start after end) keeps the server answering
+    the next request or refusing it as invalid params."""
     uri = lsp.open("change.py", start)
     lsp.versions[uri] += 1
     lsp.call(lsp.client.text_document_did_change, types.DidChangeTextDocumentParams(
@@ -281,6 +288,8 @@ SETTING_VALUE = JSON.filter(lambda v: not isinstance(v, int) or isinstance(v, bo
 @example(raw={"assistd": {"nCtx": "2048", "k": 2**70, "enabled": "yes"}},
          via_initialize_shape=True)
 def test_any_settings_keep_the_server_answering(lsp, raw, via_initialize_shape):
+    """Any settings object, as a configuration change in either shape, keeps the server
+    answering."""
     try:
         lsp.call(lsp.client.workspace_did_change_configuration,
                  types.DidChangeConfigurationParams(settings=raw))
@@ -299,6 +308,7 @@ def test_any_settings_keep_the_server_answering(lsp, raw, via_initialize_shape):
                                "assistd/didDismissCompletion"]),
        params=st.one_of(JSON, st.dictionaries(st.sampled_from(["id", "acceptedLength"]), JSON)))
 def test_custom_notifications_of_any_shape(lsp, method, params):
+    """assistd's suggestion notifications with params of any shape keep the server up."""
     lsp.notify(method, params)
     lsp.alive()
 
@@ -307,6 +317,8 @@ def test_custom_notifications_of_any_shape(lsp, method, params):
 @given(command=st.sampled_from(["assistd.accepted", "assistd.stats"]),
        arguments=st.one_of(st.none(), st.lists(JSON, max_size=3)))
 def test_commands_with_any_arguments(lsp, command, arguments):
+    """assistd.accepted and assistd.stats with any arguments are answered or refused as invalid
+    params; the server stays up."""
     with contextlib.suppress(JsonRpcInvalidParams):
         lsp.request(types.WORKSPACE_EXECUTE_COMMAND,
                     {"command": command, "arguments": arguments})
@@ -365,6 +377,8 @@ def test_document_lifecycle_in_any_order(lsp, steps):
 # (pygls puts it in the text; the server's filter looked only at exc_info).
 @pytest.mark.parametrize("kind", ["request", "notification"])
 def test_finding_ill_typed_params_log_no_traceback(tmp_path, kind):
+    """A request or notification with an ill-typed position is answered (or dropped) without a
+    traceback in the server's log."""
     # A server of its own: the log counts a repeated message instead of writing it again,
     # so the module's server, fuzzed already, may have logged this one before.
     lsp = Session(tmp_path)
@@ -397,6 +411,8 @@ def _ill_typed(lsp, kind):
 
 @pytest.mark.parametrize("key", ["db", "model"])
 def test_finding_settings_path_of_an_unknown_user_never_raises(key):
+    """A db or model setting of ~nosuchuser/x falls back to None with a warning instead of
+    raising."""
     settings_, warnings = parse_settings({"assistd": {key: "~nosuchuser/x"}})
     assert getattr(settings_, key) is None and warnings
 

@@ -40,6 +40,8 @@ def in_line_break(text: str, offset: int) -> bool:
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @given(text=DOC, data=st.data())
 def test_offset_position_offset_round_trip(encoding, text, data):
+    """In each encoding, offset -> position -> offset is the identity, except inside a CRLF,
+    which maps to the end of its line."""
     offset = data.draw(st.integers(0, len(text)))
     pos = position_at(text, offset, encoding)
     back = offset_at(text, pos, encoding)
@@ -55,6 +57,8 @@ def test_offset_position_offset_round_trip(encoding, text, data):
 @example(text="a\r\nb", line=0, character=2)  # the line break itself
 @example(text="", line=0, character=0)
 def test_any_position_is_an_offset_or_a_position_error(encoding, text, line, character):
+    """Any position maps to an offset within its line, or raises PositionError exactly when it
+    lies outside the document (never clamped)."""
     lines = split_lines(text)
     try:
         off = offset_at(text, types.Position(line, character), encoding)
@@ -69,6 +73,7 @@ def test_any_position_is_an_offset_or_a_position_error(encoding, text, line, cha
 
 @given(offset=st.integers(), text=DOC)
 def test_offset_outside_the_text_is_a_position_error(offset, text):
+    """position_at takes offsets 0..len(text) and raises PositionError for any other."""
     if 0 <= offset <= len(text):
         position_at(text, offset)
     else:
@@ -96,6 +101,8 @@ POSITIVE = st.one_of(st.none(), st.integers(1, 40), st.integers(1, 2**63))
 
 @given(text=DOC, line=POSITIVE, column=POSITIVE)
 def test_cursor_offset_is_inside_the_text_or_an_input_error(text, line, column):
+    """cursor_offset gives an offset within the text or an InputError; no line means the end of
+    the text."""
     try:
         off = cursor_offset(text, line, column)
     except InputError:
@@ -124,6 +131,8 @@ def test_cursor_offset_agrees_with_the_lsp_position(text, data):
 @example(text="ab\ncd", line=2, column=0)  # -> 2: the end of line 1
 @example(text="", line=1, column=0)  # -> -1: a negative offset
 def test_cursor_offset_refuses_positions_before_the_start(text, line, column):
+    """Line or column 0 or below is refused with InputError (never the end of the last line or a
+    negative offset)."""
     if line >= 1 and column is None:
         return
     with pytest.raises(InputError):

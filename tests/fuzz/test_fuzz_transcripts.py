@@ -127,6 +127,8 @@ def assert_kept(goods: list[str], texts: list[str]) -> None:
 @pytest.mark.parametrize("fmt", LINE_FORMATS)
 @given(lines=st.lists(RAW_LINE, max_size=8))
 def test_line_parser_takes_any_lines(fmt, context_turns, lines):
+    """Each line format's parser takes any lines without raising, yields text as str and keeps a
+    JSON-serialisable resume state."""
     parser = parser_for(fmt, context_turns=context_turns)
     for line in lines:
         ops = parser.feed_line(line)
@@ -137,6 +139,8 @@ def test_line_parser_takes_any_lines(fmt, context_turns, lines):
 @pytest.mark.parametrize("fmt", sorted(GOOD_LINE))
 @given(data=st.data())
 def test_line_parser_keeps_good_records_among_poison(fmt, data):
+    """Each line format keeps every good record among poison lines before, between and after
+    them."""
     goods = data.draw(st.lists(GOOD_TEXT, min_size=1, max_size=4), label="goods")
     lines = [] if HEADER[fmt] is None else [json.dumps(HEADER[fmt]).encode()]
     for i, g in enumerate(goods):
@@ -178,6 +182,8 @@ AIDER_REPLY = st.builds(lambda i, t: f"good reply {i} {t}", st.integers(0, 10**6
 
 @given(data=st.data())
 def test_aider_keeps_replies_among_junk(data):
+    """The aider parser keeps every reply among junk lines, decoded as UTF-8 with
+    replacement."""
     replies = data.draw(st.lists(AIDER_REPLY, min_size=1, max_size=4), label="replies")
     lines = [b"# aider chat started at 2026-01-01 00:00:00", b""]
     for r in replies:
@@ -234,6 +240,8 @@ GOOD_WHOLE = {
 @given(data=st.one_of(st.binary(max_size=300), JSON.map(lambda v: json.dumps(v).encode()),
                       st.integers(1000, 20_000).map(lambda n: b"[" * n + b"]" * n)))
 def test_whole_parser_takes_any_bytes(fmt, context_turns, data):
+    """Each whole-file format's parser takes any bytes (deep nesting included) and yields str
+    text or raises TranscriptError."""
     try:
         ops = parser_for(fmt, context_turns=context_turns).parse(data)
     except TranscriptError:
@@ -256,6 +264,8 @@ def test_whole_parser_takes_any_document_shape(fmt, data):
 @pytest.mark.parametrize("fmt", sorted(GOOD_WHOLE))
 @given(data=st.data())
 def test_whole_parser_keeps_good_entries_among_poison(fmt, data):
+    """Each whole-file format keeps every good entry among mutated and arbitrary poison
+    entries."""
     doc, entry, poisons = GOOD_WHOLE[fmt]
     goods = data.draw(st.lists(GOOD_TEXT, min_size=1, max_size=4), label="goods")
     poison = st.one_of(st.sampled_from(poisons).flatmap(mutated), JSON)
@@ -307,6 +317,8 @@ def test_whole_parser_keeps_good_entries_beside_a_too_deep_one(fmt, data):
          "args": {"path": "a.py", "new_str": "p", "thought": "p"}}]),
 ])
 def test_finding_unhashable_entry_type_loses_the_file(fmt, doc):
+    """A Gemini or OpenHands entry whose type is an unhashable list does not lose the file: the
+    good record is kept."""
     ops = parser_for(fmt).parse(json.dumps(doc).encode())
     assert_kept(["good record 0 "], record_texts(ops))
 
@@ -320,6 +332,8 @@ def test_finding_unhashable_entry_type_loses_the_file(fmt, doc):
                              "a.traj.json", ".aider.chat.history.md", "x"]))
 @example(head=b"\x28\xb5\x2f\xfd" + b"garbage", name="x.jsonl.zst")
 def test_detect_format_takes_any_head(head, name):
+    """detect_format takes any head bytes under any file name and gives a known format or None;
+    only a damaged zstd archive raises TranscriptError."""
     try:
         fmt = detect_format(Path(name), head)
     except TranscriptError:
@@ -372,6 +386,8 @@ def test_generic_jsonl_mostly_of_other_objects_is_an_unknown_format(tmp_path):
 @settings(max_examples=examples(0.1))
 @given(data=st.data())
 def test_ingest_keeps_good_records_among_poison(fmt, data, tmp_path_factory):
+    """Ingesting a file of each format (JSONL, zstd-archived or whole-file) with poison entries
+    detects its format and stores every good record."""
     goods = data.draw(st.lists(INGEST_GOOD, min_size=1, max_size=3), label="goods")
     if fmt in GOOD_LINE:
         lines = [] if HEADER[fmt] is None else [json.dumps(HEADER[fmt]).encode()]
