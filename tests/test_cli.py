@@ -39,6 +39,9 @@ def repo(tmp_path):
 
 @pytest.mark.local_target("the second run drafts from the history: local draft verification (the ledger's rounds)")
 def test_complete_json_then_second_run_served_from_history(repo, tmp_path):
+    """`complete --json` indexes the repository (3 documents, not the secret file), drafts from
+    it with ngram and reports the Target (fast numerics, batch-argmax promise), the history and
+    a ledger whose rates follow from its counters; a second run re-tokenizes nothing."""
     db = tmp_path / "h.db"
     f = repo / "users.py"
     # ngram with a forced k: whether suffix drafts depends on the t(n) calibrated at
@@ -75,6 +78,8 @@ def test_complete_json_then_second_run_served_from_history(repo, tmp_path):
 
 
 def test_plain_mode_prints_completion_and_one_ledger_line(repo, tmp_path):
+    """Without --json, complete prints the completion on stdout and one stats line on stderr
+    (acceptance rate and coverage; a remote Target's own figures)."""
     r = assistd("complete", "--file", repo / "users.py", "--line", 15, "--max-tokens", 8,
                 db=tmp_path / "h.db")
     assert r.returncode == 0, r.stderr
@@ -88,6 +93,8 @@ def test_plain_mode_prints_completion_and_one_ledger_line(repo, tmp_path):
 
 @pytest.mark.local_target("plain steps and null ratios of local decoding rounds")
 def test_no_speculation_is_plain_decoding_with_null_ratios(repo, tmp_path):
+    """--no-speculation decodes plainly: 8 plain steps, no rounds, null acceptance rate and
+    length, coverage 0."""
     r = assistd("complete", "--file", repo / "users.py", "--no-speculation", "--max-tokens", 8,
                 "--json", db=tmp_path / "h.db")
     led = json.loads(r.stdout)["ledger"]
@@ -97,6 +104,7 @@ def test_no_speculation_is_plain_decoding_with_null_ratios(repo, tmp_path):
 
 
 def test_stdin_prompt(tmp_path):
+    """--file - reads the prompt from stdin and completes the requested 5 tokens."""
     r = assistd("complete", "--file", "-", "--max-tokens", 5, "--json", input="def fib(n):\n",
                 db=tmp_path / "h.db", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -104,6 +112,8 @@ def test_stdin_prompt(tmp_path):
 
 
 def test_index_command_reports_counts(repo, tmp_path):
+    """`assistd index --json` reports 3 documents tokenized and the binary file skipped; a
+    second run tokenizes nothing."""
     (repo / "logo.png").write_bytes(b"\x89PNG\0\0binary")
     r = assistd("index", repo, "--json", db=tmp_path / "h.db")
     assert r.returncode == 0, r.stderr
@@ -123,12 +133,15 @@ def one_line_error(r, *needles):
 
 
 def test_missing_model_is_one_line_exit_2(repo, tmp_path):
+    """A --model that does not exist exits 2 with one line naming the file and --model."""
     missing = tmp_path / "nope.gguf"
     r = assistd("complete", "--file", repo / "users.py", "--model", missing, db=tmp_path / "h.db")
     one_line_error(r, "model file not found", str(missing), "--model")
 
 
 def test_non_gguf_and_truncated_model_are_one_line_exit_2(repo, tmp_path):
+    """A file that is not GGUF, and a truncated GGUF, each exit 2 with one line naming the
+    file."""
     from assistd.targets.open import default_model_path
 
     junk = tmp_path / "junk.gguf"
@@ -142,6 +155,8 @@ def test_non_gguf_and_truncated_model_are_one_line_exit_2(repo, tmp_path):
 
 
 def test_unreadable_inputs_and_positions_are_one_line_exit_2(repo, tmp_path):
+    """A missing file, a folder, a line or column past the end and a binary file each exit 2
+    with one line saying which."""
     f = repo / "users.py"
     one_line_error(assistd("complete", "--file", tmp_path / "missing.py"), "file not found")
     one_line_error(assistd("complete", "--file", repo), "not a file")
@@ -165,6 +180,7 @@ def test_a_fifo_or_a_device_as_file_is_refused_at_once(repo):
 
 
 def test_every_command_has_help_with_an_example():
+    """Every command and subcommand answers --help with an Example."""
     from click.testing import CliRunner
 
     from assistd.cli import cli
@@ -249,6 +265,8 @@ def test_index_then_complete_outside_git_keep_the_subtree(tmp_path):
 
 
 def test_stdin_outside_git_uses_no_history(tmp_path):
+    """A stdin prompt outside a git repository uses no history scope and indexes nothing (not
+    the folder's .secrets)."""
     (tmp_path / ".secrets").write_text("API_KEY=sk-123\n")
     r = assistd("complete", "--file", "-", "--max-tokens", 3, "--json", input="x = 1\n",
                 db=tmp_path / "h.db", cwd=tmp_path)
@@ -257,6 +275,8 @@ def test_stdin_outside_git_uses_no_history(tmp_path):
 
 
 def test_foreign_database_is_one_line_exit_2(repo, tmp_path):
+    """A --db written by another program exits 2 with one line: not an assistd history
+    database."""
     import sqlite3
 
     other = tmp_path / "other.db"
@@ -267,6 +287,9 @@ def test_foreign_database_is_one_line_exit_2(repo, tmp_path):
 
 
 def test_complete_sampling_is_seeded_and_stop_string_is_excluded(repo, tmp_path):
+    """Sampling with a seed gives the same completion in two runs and reports its settings;
+    greedy reports temperature 0; a --stop string ends the completion before it (stop_reason
+    stop)."""
     db = tmp_path / "h.db"
     f = repo / "users.py"
     args = ("complete", "--file", f, "--line", 15, "--column", 1, "--max-tokens", 24,
@@ -291,6 +314,8 @@ def test_complete_sampling_is_seeded_and_stop_string_is_excluded(repo, tmp_path)
 
 @pytest.mark.parametrize("bad", [("--top-p", "0"), ("--temperature", "-1"), ("--backend", "tf")])
 def test_complete_rejects_bad_sampling_and_backend_options(repo, bad):
+    """--top-p 0, --temperature -1 and an unknown --backend exit 2 naming the option, no
+    traceback."""
     r = assistd("complete", "--file", repo / "users.py", *bad)
     assert r.returncode == 2
     assert bad[0] in r.stderr and "Traceback" not in r.stderr
@@ -318,12 +343,16 @@ def test_complete_on_the_torch_backend_shares_the_history(repo, tmp_path):
 @pytest.mark.parametrize("bad", [("--temperature", "nan"), ("--top-p", "nan"),
                                  ("--repeat-penalty", "nan"), ("--seed", "-1")])
 def test_nan_and_negative_seed_are_usage_errors(repo, bad):
+    """NaN temperature, top-p or repeat penalty, and a negative seed, exit 2 without
+    traceback."""
     r = assistd("complete", "--file", repo / "users.py", "--temperature", "0.8", *bad)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
 
 
 @pytest.mark.local_target("--repo indexes a scope for drafting; nothing drafts against a remote Target")
 def test_file_outside_git_does_not_pull_its_dotfiles_into_the_history(tmp_path):
+    """A file outside a repository has no history scope; --repo on its folder indexes the file
+    but never a credential file such as .netrc."""
     home = tmp_path / "fakehome"
     home.mkdir()
     (home / ".netrc").write_text("machine x password SECRET\n")
@@ -401,6 +430,8 @@ def test_a_bad_target_fim_names_the_flag_or_the_file_it_came_from(tmp_path):
 
 
 def test_print_config_says_whether_the_target_key_is_set_never_the_key(tmp_path):
+    """`serve --print-config` says whether ASSISTD_TARGET_KEY is set (and unused when a key file
+    is given) but never prints the key."""
     secret = "sk-print-config-7e1f0a"
     r = _run("serve", "--print-config", env={"ASSISTD_TARGET_KEY": secret})
     assert r.returncode == 0, r.stderr
