@@ -55,7 +55,8 @@ Pipeline (offsets are UTF-8 byte offsets, ``surrogatepass``, so lone surrogates 
    ``X-Amz-Security-Token``; webhook URLs (Discord, Slack workflows/triggers, Teams) and
    Telegram bot API URLs. From a third (issue 34): a URL password with an empty user
    (``redis://:PW@host``); a credential in a URL's query (``?access_token=``,
-   ``&private_token=``, ``&api_key=``: the value must look like a token, :func:`.values.header_secret`);
+   ``&private_token=``, ``&api_key=``: the value must look like a token,
+   :func:`.values.header_secret`);
    Docker ``config.json`` ``"auth"`` (base64 of ``user:password``) and ``"identitytoken"``;
    any base64 run (20+ characters) that decodes to ``user:password`` or to text this filter
    redacts (an encoded provider key); ``.netrc`` entries (``machine H login U password PW``,
@@ -89,9 +90,10 @@ What detect-secrets alone misses or gets wrong, and what this package does about
 * The keyword plugin reports the first match per regex and line: found values are masked and
   the line rescanned until nothing new turns up.
 * Bearer tokens and unquoted ``TOKEN=...`` values are high-entropy but unquoted: within
-  :data:`.plugin_values.EAGER_REACH_CHARS` after a hint word (token, bearer, auth, credential, secret, passw,
-  pwd, api/access/private key) the entropy plugins also run in detect-secrets' "eager"
-  (unquoted) mode, with the plugin's entropy limit (``scan_line`` itself skips the limit).
+  :data:`.plugin_values.EAGER_REACH_CHARS` after a hint word (token, bearer, auth, credential,
+  secret, passw, pwd, api/access/private key) the entropy plugins also run in detect-secrets'
+  "eager" (unquoted) mode, with the plugin's entropy limit (``scan_line`` itself skips the
+  limit).
 * ``# pragma: allowlist secret`` is not honoured: a comment in someone's repository does not
   make a value safe to keep in assistd's history.
 * ``BEGIN ENCRYPTED PRIVATE KEY`` (PKCS#8) is not in the private-key plugin's list; every

@@ -41,7 +41,11 @@ _EMPTY_COMMENT = re.compile(r"[ \t]*" + _COMMENT_MARK + r"[ \t]*")
 
 
 def next_line_spans(text: str) -> list[TextSpan]:
-    """Values alone on a line after a line naming a secret (see :data:`_NEXT_HINTS`)."""
+    """Values alone on a line after a line naming a secret (see :data:`_NEXT_HINTS`).
+
+    >>> next_line_spans("AWS secret access key:\\nwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\\n")
+    [(23, 63, 'Secret After Hint', 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY')]
+    """
     if "\\n" in text:  # JSON-escaped lines (a .jsonl transcript): same offsets, real breaks
         text = text.replace("\\n", " \n")
     low = lower_same_offsets(text)
@@ -95,7 +99,11 @@ def _fence_filename(tag: str, body: str) -> str | None:
 
 
 def fenced_spans(text: str, prefilter: bool) -> list[TextSpan]:
-    """Values the plugins find in configuration blocks, read by the block's file type."""
+    """Values the plugins find in configuration blocks, read by the block's file type.
+
+    >>> fenced_spans("```yaml\\ndb:\\n  password: plainword\\n```\\n", True)
+    [(24, 33, 'Secret Keyword', 'plainword')]
+    """
     out = []
     if "\\n" in text:  # JSON-escaped (a tool call's input): same offsets, real breaks
         text = text.replace("\\n", " \n")
@@ -138,7 +146,11 @@ _NETRC = re.compile(r"(?<![\w.-])(?:machine[ \t\r\n]+[^\s\\]+|default)"
 
 
 def netrc_spans(text: str) -> list[TextSpan]:
-    """``password`` values of .netrc entries (references and metavars stay)."""
+    """``password`` values of .netrc entries (references and metavars stay).
+
+    >>> netrc_spans("machine db.example.com login ada password Tr0ub4dor3")
+    [(42, 52, 'Netrc Password', 'Tr0ub4dor3')]
+    """
     if "password" not in text or ("machine" not in text and "default" not in text):
         return []
     if "\\n" in text:  # JSON-escaped lines: same offsets, real breaks
@@ -184,7 +196,11 @@ def _cells(line: str, leading: bool) -> list[tuple[int, int]]:
 
 def table_spans(text: str) -> list[TextSpan]:
     """Values in the columns of a Markdown table whose header names a password or token;
-    a value must look like one (:func:`header_secret`)."""
+    a value must look like one (:func:`header_secret`).
+
+    >>> table_spans("| user | password |\\n|---|---|\\n| ada | Tr0ub4dor3 |\\n")
+    [(38, 48, 'Secret In Table', 'Tr0ub4dor3')]
+    """
     if _TABLE_GATE.search(text) is None:
         return []
     out = []

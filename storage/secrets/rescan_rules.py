@@ -30,7 +30,12 @@ _B64_RUN_TABLE = bytes(ord("a") if b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijkl
 
 
 def base64_spans(text: str, rescan: Rescan) -> list[TextSpan]:
-    """Base64 runs (20+ characters, both letter cases) whose decoded text is a credential."""
+    """Base64 runs (20+ characters, both letter cases) whose decoded text is a credential.
+
+    >>> from storage.secrets.pipeline import rescan
+    >>> base64_spans("auth = YWRhOlRyMHViNGRvciYz", rescan)  # ada:Tr0ub4dor&3
+    [(7, 27, 'Base64 Encoded Secret', 'YWRhOlRyMHViNGRvciYz')]
+    """
     data = text.encode("utf-8", "surrogatepass")
     out = []
     for i, e in char_runs(data.translate(_B64_RUN_TABLE), _B64_RUN_MIN):
@@ -85,7 +90,12 @@ _ENTROPY_KINDS = frozenset({"Base64 High Entropy String", "Hex High Entropy Stri
 
 
 def concat_spans(text: str, rescan: Rescan) -> list[TextSpan]:
-    """The parts of two adjacent string literals that are a secret once joined."""
+    """The parts of two adjacent string literals that are a secret once joined.
+
+    >>> from storage.secrets.pipeline import rescan
+    >>> [v for _, _, _, v in concat_spans('key = "AKIAIOSFOD" + "NN7EXAMPLE"', rescan)]
+    ['AKIAIOSFOD', 'NN7EXAMPLE']
+    """
     out = []
     for j0, j1 in _junctions(text):  # the closing and the opening quote
         q1, q2 = text[j0], text[j1]

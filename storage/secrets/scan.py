@@ -17,7 +17,12 @@ from .spans import token_like
 
 
 def find_spans(data: bytes, mode, prefilter: bool) -> list[tuple[int, int, int, str]]:
-    """One round: the byte spans ``(start, end, rank, kind)`` of every secret value."""
+    """One round: the byte spans ``(start, end, rank, kind)`` of every secret value.
+
+    >>> from storage.secrets.detector import keyword_mode
+    >>> find_spans(b'x = 1\\napi_key = "Wq7hunter2Zr9"\\n', keyword_mode(""), True)
+    [(17, 30, 2, 'Secret Keyword')]
+    """
     if not data:
         return []
     low = data.lower()

@@ -74,7 +74,8 @@ def splice(buf, merged: list[tuple[int, int, str]], token):
     return buf[:0].join(out), len(merged), kinds
 
 
-def replace_byte_spans(data: bytes, spans: list[tuple[int, int, int, str]]) -> tuple[str, int, dict]:
+def replace_byte_spans(data: bytes,
+                       spans: list[tuple[int, int, int, str]]) -> tuple[str, int, dict]:
     """The byte spans ``(start, end, rank, kind)`` of ``data`` (UTF-8, ``surrogatepass``)
     replaced: (text, number of replacements, replacements per kind)."""
     out, count, kinds = splice(data, merge_spans(spans), REDACTED.encode())
