@@ -1060,3 +1060,19 @@ def test_a_short_flag_value_is_replaced_where_it_was_found_only():
     out = redact(text)
     assert out.text == ("svn co --password=[REDACTED] URL\nrev_opts9 = 1\n"
                         "export X=[REDACTED]\nlogin --password=[REDACTED]\n")
+
+
+def test_byte_and_text_replacement_merge_spans_the_same_way():
+    """One span merge (storage.secrets.spans.merge_spans) behind both replacements: the
+    plugins' byte spans and the extra rules' character spans. Overlapping spans become one
+    [REDACTED], spans that only touch stay two; on the byte path the lowest rank names the
+    merged span's kind, on the text path the first span does."""
+    from storage.secrets.spans import replace_byte_spans, replace_text_spans
+
+    text = "k=abcdef;x=ghij;y=mn"
+    found = [(2, 5, "A", "abc"), (3, 6, "B", "bcd"), (6, 8, "C", "ef"), (11, 15, "D", "ghij")]
+    want = f"k={REDACTED}{REDACTED};x={REDACTED};y=mn"
+    assert replace_text_spans(text, found) == (want, 3, {"A": 1, "C": 1, "D": 1})
+    ranked = [(s, e, 1 if kind != "B" else 0, kind) for s, e, kind, _ in found]
+    assert replace_byte_spans(text.encode(), ranked) == (want, 3, {"B": 1, "C": 1, "D": 1})
+    assert replace_text_spans(text, []) == (text, 0, {})
