@@ -29,10 +29,11 @@ from assistd.decoding.engine import generate  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from assistd.ground.costmodel import CostModel  # noqa: E402
+from assistd.ground.numerics import first_difference  # noqa: E402
 from proposers.index import HistoryIndex  # noqa: E402
 from proposers.ngram import NgramProposer  # noqa: E402
 from proposers.suffix import SuffixProposer  # noqa: E402
-from tests.decoding.test_engine import COPY_HEAVY  # noqa: E402
+from harness.texts import COPY_HEAVY  # noqa: E402
 
 
 def chat(user: str, assistant: str) -> str:
@@ -69,11 +70,11 @@ def prompts() -> dict[str, str]:
     }
 
 
-def first_divergence(a, b) -> str:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return f"@{i}"
-    return "=" if len(a) == len(b) else "prefix"
+def divergence_label(a, b) -> str:
+    """The table's "first diff" cell: "=" when equal, "prefix" when one stops early,
+    else "@i" (the first differing token)."""
+    i = first_difference(a, b)
+    return "=" if i is None else "prefix" if i == min(len(a), len(b)) else f"@{i}"
 
 
 def run_ours(target, ids, proposer, k, max_tokens):
@@ -156,7 +157,7 @@ def main():
             table.add_row(vname, f"{ms:.0f}", f"{base_ms / ms:.2f}", f"{tps:.1f}",
                           f"{tps / base_tps:.2f}", f(led.acceptance_rate),
                           f(led.mean_acceptance_length), f(led.coverage),
-                          first_divergence(base_tokens, runs[0][2]))
+                          divergence_label(base_tokens, runs[0][2]))
         if peer is not None:
             for pname, runs in peer_runs.items():
                 ms = statistics.median(r[0] for r in runs)

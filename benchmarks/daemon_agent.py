@@ -70,13 +70,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assistd.measure.bench_workloads import aider_runs, fit, model_calls  # noqa: E402
+from assistd.ground.numerics import first_difference  # noqa: E402
 from assistd.runtime.chat import chat_prompt_ids  # noqa: E402
 from assistd.measure.replay_inputs import transcript_session  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from storage.transcripts import HEAD_BYTES, detect_format, open_bytes  # noqa: E402
 from benchmarks.lsp_typing import cpu_busy  # noqa: E402
-from tests.daemon_helpers import start_daemon  # noqa: E402
+from harness.daemon import start_daemon  # noqa: E402
 
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "transcripts"
 DEFAULT = FIXTURES / "aider" / "aider__tests_fixtures_chat-history.TRUNCATED.md"
@@ -258,14 +259,6 @@ def totals(runs: list[dict]) -> dict:
     return t
 
 
-def first_diff(a: str, b: str) -> int | None:
-    """The first index where two texts differ (the shorter's length if one is a prefix
-    of the other), None when equal."""
-    if a == b:
-        return None
-    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
 def near_ties(calls: list[dict], results: list[dict], n_ctx: int, max_tokens: int) -> None:
     """For every call whose texts differ from plain decoding's: decode it again here,
     plainly, one token at a time, from a fresh prefill, and read the Target's top-2 logit
@@ -296,12 +289,12 @@ def near_ties(calls: list[dict], results: list[dict], n_ctx: int, max_tokens: in
                 tok = next((j for j, e in enumerate(ends) if e > char), None)
                 return None if tok is None else float(gen.top2_gaps[tok])
 
-            local = first_diff(gen.text, plain)
+            local = first_difference(gen.text, plain)
             if local is not None:
                 r["none"]["local_diff_char"], r["none"]["local_gap"] = local, gap_at(local)
             for name, _, _ in ARMS:
                 other = r[name]
-                at = first_diff(other.get("text", plain), plain)
+                at = first_difference(other.get("text", plain), plain)
                 if name == "none" or "error" in other or at is None:
                     continue
                 other["first_diff_char"] = at
@@ -523,7 +516,7 @@ def main():
     for a in names[:-1]:
         for p in differ[a]:
             x, n = p["arms"][a], p["arms"]["none"]
-            at = x.get("first_diff_char", first_diff(x["text"], n["text"]))
+            at = x.get("first_diff_char", first_difference(x["text"], n["text"]))
             local = (f"top-2 gap {fmt(x['gap'], '.3f')}" if x.get("gap") is not None else
                      f"no gap: a local plain decode differs from none earlier, at char "
                      f"{n['local_diff_char']} (gap {fmt(n.get('local_gap'), '.3f')})"

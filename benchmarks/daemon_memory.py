@@ -53,7 +53,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.daemon_helpers import start_daemon  # noqa: E402
+from harness.daemon import start_daemon  # noqa: E402
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 REPO_FILES = ("bisect.py", "colorsys.py", "keyword.py", "heapq.py", "fnmatch.py")

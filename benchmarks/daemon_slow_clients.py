@@ -40,7 +40,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.daemon_helpers import start_daemon  # noqa: E402
+from harness.daemon import start_daemon  # noqa: E402
 
 SLOW_HEADER = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 4096
 

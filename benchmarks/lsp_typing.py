@@ -64,9 +64,9 @@ from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from editors.completer import Counters  # noqa: E402
-from tests.daemon_helpers import free_port  # noqa: E402
-from tests.lsp_helpers import inline_params, insert, lsp_session, open_doc, stats  # noqa: E402
-from tests.remote_helpers import start_llama_server, stop_llama_server  # noqa: E402
+from harness.ports import free_port  # noqa: E402
+from harness.lsp import inline_params, insert, lsp_session, open_doc, stats  # noqa: E402
+from harness.openai_server import start_llama_server, stop_llama_server  # noqa: E402
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 COUNTERS = [f.name for f in fields(Counters)]
@@ -137,7 +137,7 @@ def pct(xs, q):
 @contextlib.contextmanager
 def remote_target(proposer: str, tmp: Path):
     """The arm ``remote``: the same model behind llama-cpp-python's OpenAI-compatible
-    server on loopback (tests/remote_helpers.py), the LSP server's Target a
+    server on loopback (harness/openai_server.py), the LSP server's Target a
     :class:`RemoteTarget` (``backend`` openai; the GGUF given for its tokenizer, read
     here). Yields the settings that select it ({} for the local arms)."""
     if proposer != "remote":

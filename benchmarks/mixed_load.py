@@ -75,8 +75,8 @@ from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS  # noqa: E402
 from assistd.targets.llama import LlamaTarget  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
 from benchmarks.lsp_typing import STDLIB, WAIT_S, cpu_busy, keystrokes, pct, utf16  # noqa: E402
-from tests.daemon_helpers import start_daemon  # noqa: E402
-from tests.lsp_helpers import inline_params, insert, lsp_session, open_doc, stats  # noqa: E402
+from harness.daemon import start_daemon  # noqa: E402
+from harness.lsp import inline_params, insert, lsp_session, open_doc, stats  # noqa: E402
 
 FIXTURE = (ROOT.parent / "shared" / "fixtures" / "transcripts" / "aider"
            / "aider__tests_fixtures_chat-history.TRUNCATED.md")

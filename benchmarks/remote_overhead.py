@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from assistd.runtime.runtime import Runtime  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
-from tests.daemon_helpers import free_port  # noqa: E402
-from tests.remote_helpers import start_llama_server  # noqa: E402
+from harness.ports import free_port  # noqa: E402
+from harness.openai_server import start_llama_server  # noqa: E402
 
 BODY = (ROOT / "assistd" / "decoding" / "engine.py").read_text()  # > 2,000 tokens
 GOAL_MS = 20.0
@@ -50,7 +50,7 @@ N_CTX = 4096  # room for the 2,000-token prompt, on both sides
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    """The real llama-cpp-python server with the embedded model (tests/remote_helpers.py)."""
+    """The real llama-cpp-python server with the embedded model (harness/openai_server.py)."""
     port = free_port()
     log = Path(tempfile.mkdtemp()) / "llama_server.log"
     return start_llama_server(port, log, n_ctx=N_CTX), f"http://127.0.0.1:{port}"

@@ -83,9 +83,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from assistd.ground.numerics import first_difference  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
-from tests.daemon_helpers import free_port  # noqa: E402
-from tests.remote_helpers import start_llama_server, stop_llama_server  # noqa: E402
+from harness.ports import free_port  # noqa: E402
+from harness.openai_server import start_llama_server, stop_llama_server  # noqa: E402
 
 GREEDY = {"temperature": 0.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 TRANSCRIPTS = ROOT.parent / "shared" / "fixtures" / "transcripts"
@@ -103,7 +104,7 @@ RESET = "Zebras graze."  # a request on another text, so the next prompt starts 
 
 def start_server(*extra: str, log: Path | None = None) -> tuple[subprocess.Popen, str]:
     """llama-cpp-python's server with the embedded model on a free loopback port, n_ctx
-    2048, plus ``extra`` arguments (tests/remote_helpers.py starts it); returns
+    2048, plus ``extra`` arguments (harness/openai_server.py starts it); returns
     ``(process, base URL)`` once ``/v1/models`` answers."""
     port = free_port()
     log = log or Path(f"/tmp/remote_verify_server_{port}.log")
@@ -390,17 +391,18 @@ def cost_curve(http: httpx.Client, vocab: Vocab, lengths: list[int], next_row: b
 
 # -- main ----------------------------------------------------------------------------------
 
-def first_difference(a: Run, c: Run) -> dict | None:
+def difference_at(a: Run, c: Run) -> dict | None:
     """Where (c)'s tokens first differ from (a)'s (stream chunks, one per token), with
     (c)'s top-1/top-2 margin there; None when the texts are equal."""
     if a.text == c.text:
         return None
-    for i, (x, y) in enumerate(zip(a.pieces, c.pieces)):
-        if x != y:
-            margins = c.stats.get("margins", [])
-            return {"token": i, "a": x, "c": y,
-                    "c_margin": margins[i] if i < len(margins) else None}
-    return {"token": min(len(a.pieces), len(c.pieces)), "a": None, "c": None, "c_margin": None}
+    i = first_difference(a.pieces, c.pieces)
+    if i is None or i == min(len(a.pieces), len(c.pieces)):  # same pieces, or one stops early
+        return {"token": i if i is not None else len(a.pieces), "a": None, "c": None,
+                "c_margin": None}
+    margins = c.stats.get("margins", [])
+    return {"token": i, "a": a.pieces[i], "c": c.pieces[i],
+            "c_margin": margins[i] if i < len(margins) else None}
 
 
 def oracle_walk(vocab: Vocab, proposer, prompt: str, truth_text: str, n: int, k: int) -> dict:
@@ -473,7 +475,7 @@ def main() -> None:
                 a = stream(http, prompt, args.new_tokens)
                 c = verify(http, vocab, suffix_proposer(doc_ids), prompt, args.new_tokens,
                            args.k, next_row)
-                diff = first_difference(a, c)
+                diff = difference_at(a, c)
                 oracle = oracle_walk(vocab, suffix_proposer(doc_ids), prompt, a.text,
                                      args.new_tokens, args.k)
                 results["prompts"].append({

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from assistd.decoding.engine import generate  # noqa: E402
 from assistd.targets.open import default_model_path  # noqa: E402
 from assistd.targets.hf import TorchTarget  # noqa: E402
-from benchmarks.copy_heavy import first_divergence, prompts  # noqa: E402
+from benchmarks.copy_heavy import divergence_label, prompts  # noqa: E402
 from proposers import make_proposer  # noqa: E402
 
 PEER = "transformers lookup(10, n=2)"
@@ -104,7 +104,7 @@ def main():
             table.add_row(
                 vname, f"{ms[vname]:.0f}", str(len(runs[0][1])), f"{tps[vname]:.1f}",
                 f"{tps[vname] / tps['plain']:.2f}", f"{tps[vname] / tps[PEER]:.2f}",
-                *map(f, stats), first_divergence(results["plain"][0][1], runs[0][1]),
+                *map(f, stats), divergence_label(results["plain"][0][1], runs[0][1]),
             )
         console.print(table)
 

@@ -100,6 +100,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assistd.ground.costmodel import BRIEF_CPU_POINTS, CostModel  # noqa: E402
+from assistd.ground.numerics import first_difference  # noqa: E402
 from assistd.measure.replay_inputs import InputReport, transcript_sessions  # noqa: E402
 from assistd.targets.open import open_target  # noqa: E402
 from assistd.runtime.runtime import Runtime  # noqa: E402
@@ -355,13 +356,6 @@ class Totals:
                 "chosen_k": {str(k): n for k, n in sorted(self.chosen_k.items())}}
 
 
-def first_divergence(a, b) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 class Bench:
     def __init__(self, target, store, tuners, max_tokens: int):
         self.target, self.store, self.tuners, self.max_tokens = target, store, tuners, max_tokens
@@ -451,7 +445,7 @@ def measure(bench: Bench, workloads: list[Workload], log) -> tuple[dict, list[di
                 led = c.generation.ledger
                 tot = totals[w.kind][config]
                 tot.add(led)
-                div = first_divergence(plain, c.generation.tokens)
+                div = first_difference(plain, c.generation.tokens)
                 if config != "plain" and div is not None:
                     tot.mismatches += 1
                 if c.tuned is not None:

@@ -1,6 +1,6 @@
 """Suggestion latency as a VS Code user sees it: the real VS Code (code-server 4.100.3) in
 headless chromium, this checkout's extension and server, the embedded model; the driver
-of the end-to-end tests (tests/e2e/vscode.py; run tests/e2e/setup.sh once).
+of the end-to-end tests (harness/vscode.py; run tests/e2e/setup.sh once).
 
     .venv/bin/python benchmarks/vscode_editor.py [--json FILE] [--keys N] [--settings JSON]
 
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from tests.e2e.vscode import VSCode  # noqa: E402
+from harness.vscode import VSCode  # noqa: E402
 
 HEADER_LINE = 13  # def square_area(side): in the session's geometry.py
 # What the user types at the end of geometry.py: (header, body lines), each body line
@@ -133,7 +133,7 @@ class Trace:
 
 def typing(v: VSCode, max_keys: int) -> list[dict]:
     """(b): one record per key: key, latency_ms (None: no ghost text), source."""
-    from tests.e2e.vscode import GHOST, _TRACE
+    from harness.vscode import GHOST, TRACE
 
     v.page.keyboard.press("Escape")
     v.page.evaluate(PROBE, GHOST)
@@ -151,7 +151,7 @@ def typing(v: VSCode, max_keys: int) -> list[dict]:
         if starts:
             v.empty_last_line()  # untimed; what it got answered is "seen" from then on
             time.sleep(1)
-            for m in _TRACE.finditer(trace.new_text()):
+            for m in TRACE.finditer(trace.new_text()):
                 if m["kind"] == "Received response" and m["body"] and '"items"' in m["body"]:
                     seen.update(re.findall(r'"id": "([0-9a-f]+)"', m["body"]))
         v.page.evaluate("() => { const p = window.__probe; p.keys = [];"
@@ -165,7 +165,7 @@ def typing(v: VSCode, max_keys: int) -> list[dict]:
         t_end = time.monotonic() + KEY_TIMEOUT_S
         settled = False
         while time.monotonic() < t_end and not settled:
-            for m in _TRACE.finditer(trace.new_text()):
+            for m in TRACE.finditer(trace.new_text()):
                 if not m["method"].startswith("textDocument/inlineCompletion"):
                     continue
                 if m["kind"] == "Sending request":

@@ -17,13 +17,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from harness.ports import free_port
+
+REPO = Path(__file__).resolve().parents[1]
 EXTENSION_SRC = REPO / "editors" / "vscode"
 SETUP = "tests/e2e/setup.sh"
 
@@ -162,15 +163,10 @@ _LINES_JS = """(sel) => {
 }"""
 
 
-_TRACE = re.compile(r"^\S+ \S+ \[trace\] (?P<kind>Sending request|Received response|Sending "
-                    r"notification|Received notification) '(?P<method>[^']+)'[^\n]*\n"
-                    r"(?:(?:Params|Result): (?P<body>.*?))?(?=^\d{4}-\d\d-\d\d \d|\Z)", re.M | re.S)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# One LSP message in the client's trace (the extension's log): its kind, method and body.
+TRACE = re.compile(r"^\S+ \S+ \[trace\] (?P<kind>Sending request|Received response|Sending "
+                   r"notification|Received notification) '(?P<method>[^']+)'[^\n]*\n"
+                   r"(?:(?:Params|Result): (?P<body>.*?))?(?=^\d{4}-\d\d-\d\d \d|\Z)", re.M | re.S)
 
 
 def _cmdlines():
@@ -226,7 +222,7 @@ class VSCode:
                                                 str(self.lsp_log), "-v"],
                          **(settings or {})}
         (self.root / "data" / "User" / "settings.json").write_text(json.dumps(self.settings, indent=1))
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = _tool_env(self.env)
         env.update(ASSISTD_DB=str(self.db), ASSISTD_HOME=str(self.home),
@@ -380,7 +376,7 @@ class VSCode:
         of ``kind`` ("Sending request", "Received response", "Sending notification",
         "Received notification") whose method starts with ``method``, oldest first."""
         out = []
-        for m in _TRACE.finditer(self.trace_text()):
+        for m in TRACE.finditer(self.trace_text()):
             if m["kind"] == kind and m["method"].startswith(method):
                 try:
                     out.append(json.loads(m["body"]) if m["body"] else None)

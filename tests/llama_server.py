@@ -29,7 +29,7 @@ from pathlib import Path
 
 import platformdirs
 
-from tests.remote_helpers import wait_ready
+from harness.ports import wait_ready
 
 BUILD_HINT = ".venv/bin/python -m tests.llama_server build  (about 10 min on 2 cores)"
 # As install.sh builds llama-cpp-python on x86-64: x86-64-v3, never -march=native (a VM

@@ -1,97 +1,15 @@
-"""Start `assistd lsp` as a subprocess and drive it with pytest-lsp's real LSP client."""
+"""The LSP tests' raw side: framed JSON-RPC over a socket, and waiting on a condition.
+The client session helpers are harness.lsp's (the benchmarks use them too)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import socket
-import sys
-from pathlib import Path
 
-from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
-
-LSP_ARGS: list[str] = []  # extra server flags (e.g. --log-file while debugging)
-
-
-@contextlib.asynccontextmanager
-async def lsp_session(db: Path, *, encodings=None, settings=None, root: Path | None = None,
-                      env: dict | None = None):
-    """A started and initialized server; yields ``(client, InitializeResult)``."""
-    server_env = {**os.environ, "ASSISTD_DB": str(db), **(env or {})}
-    config = ClientServerConfig(server_command=[sys.executable, "-m", "assistd", "lsp", *LSP_ARGS],
-                                server_env=server_env)
-    client: LanguageClient = await config.start()
-    client.statuses = []  # the server's assistd/status notifications, in order
-
-    @client.feature("assistd/status")
-    def _status(ls, params):
-        ls.statuses.append((params.state, params.message))
-
-    general = types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None
-    caps = types.ClientCapabilities(
-        general=general,
-        text_document=types.TextDocumentClientCapabilities(
-            inline_completion=types.InlineCompletionClientCapabilities(),
-            synchronization=types.TextDocumentSyncClientCapabilities(did_save=True)),
-        workspace=types.WorkspaceClientCapabilities(configuration=True))
-    # No time budget unless a test sets one: exact expected suggestions must not depend
-    # on how busy the machine is.
-    opts = {"assistd": {"db": str(db), "maxLatencyMs": 0, **(settings or {})}}
-    try:
-        result = await client.initialize_session(types.InitializeParams(
-            capabilities=caps, initialization_options=opts,
-            root_uri=root.as_uri() if root else None))
-        yield client, result
-        await asyncio.wait_for(client.shutdown_session(), 60)
-    finally:
-        server = client._server  # a failed test must not leave the server (and pytest) hanging
-        if server is not None and server.returncode is None:
-            server.kill()
-        await client.stop()
-
-
-def open_doc(client: LanguageClient, path: Path, text: str, language: str = "python",
-             version: int = 1) -> str:
-    uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))
-    return uri
-
-
-def insert(client: LanguageClient, uri: str, version: int, line: int, char: int, text: str):
-    """An incremental didChange inserting ``text`` at (line, char)."""
-    pos = types.Position(line, char)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(pos, pos),
-                                                                text=text)]))
-
-
-def inline_params(uri: str, line: int, char: int) -> types.InlineCompletionParams:
-    return types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, char),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic))
-
-
-async def inline(client: LanguageClient, uri: str, line: int, char: int) -> str | None:
-    """The suggestion's text, or None for an empty list."""
-    res = await client.text_document_inline_completion_async(inline_params(uri, line, char))
-    items = res.items if isinstance(res, types.InlineCompletionList) else (res or [])
-    return items[0].insert_text if items else None
-
-
-async def inline_item(client: LanguageClient, uri: str, line: int, char: int):
-    res = await client.text_document_inline_completion_async(inline_params(uri, line, char))
-    items = res.items if isinstance(res, types.InlineCompletionList) else (res or [])
-    return items[0] if items else None
-
-
-async def stats(client: LanguageClient) -> dict:
-    return await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="assistd.stats"))
+from harness.lsp import (  # noqa: F401 - moved; tests still import them here
+    LSP_ARGS, inline, inline_item, inline_params, insert, lsp_session, open_doc, stats,
+)
 
 
 # -- raw JSON-RPC over a socket (where a test needs the bytes, not a client) ----------

@@ -170,3 +170,25 @@ def test_every_benchmark_compiles():
     assert any(p.parent.name == "gpu" for p in paths)
     for path in paths:
         compile(path.read_text(encoding="utf-8"), str(path), "exec")
+
+
+def top_packages(path: Path) -> set[str]:
+    """The top-level names ``path`` imports, anywhere in the file (lazy imports too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {a.name.partition(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+            for a in n.names} | {n.module.partition(".")[0] for n in ast.walk(tree)
+                                 if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+
+
+def test_benchmarks_import_no_test_module_and_products_no_rig(tmp_path):
+    """The benchmarks share the tests' rig (starting a daemon, a server, an LSP session,
+    VS Code) through harness/, never by importing ``tests``; product code imports neither.
+    The scan sees a lazy import (checked on a planted file first)."""
+    planted = tmp_path / "b.py"
+    planted.write_text("def main():\n    from tests.daemon_helpers import start_daemon\n")
+    assert "tests" in top_packages(planted)
+    bad = [f"{p.relative_to(REPO)} imports tests" for p in sorted((REPO / "benchmarks").rglob("*.py"))
+           if "tests" in top_packages(p)]
+    bad += [f"{name} imports {pkg}" for name, path in modules().items()
+            for pkg in sorted(top_packages(path) & {"tests", "harness"})]
+    assert not bad, "\n".join(bad)

@@ -26,6 +26,8 @@ process with ``fast`` or ``exact`` (:func:`tiled_mm` says which value a mode nee
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from assistd.ground.errors import InputError
 
 NUMERICS = ("fast", "exact", "llama")
@@ -81,3 +83,20 @@ def tiled_mm(numerics: str) -> str:
     ('1', '0')
     """
     return "1" if numerics == "llama" else "0"
+
+
+def first_difference(a: Sequence, b: Sequence) -> int | None:
+    """Where two outputs part: the first index at which ``a`` and ``b`` (token ids ``[n]``,
+    stream pieces, or texts, compared element by element) differ; the shorter's length
+    when one is a prefix of the other; None when they are equal. The index to read
+    plain decoding's top-2 gap at when judging a difference a near-tie ("Exactness").
+
+    >>> first_difference([1, 2, 3], [1, 2, 4]), first_difference([1, 2], [1, 2, 5])
+    (2, 2)
+    >>> first_difference([7], [7]) is None, first_difference("abc", "abd")
+    (True, 2)
+    """
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))

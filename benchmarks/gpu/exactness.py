@@ -18,6 +18,7 @@ import numpy as np
 
 from assistd.decoding.engine import generate
 from assistd.decoding.verify import NEAR_TIE_GAP, sample_accept
+from assistd.ground.numerics import first_difference
 from assistd.ground.sampling import SamplingParams, target_distribution
 from proposers.index import HistoryIndex
 from proposers.ngram import NgramProposer
@@ -41,15 +42,6 @@ def history_for(target) -> HistoryIndex:
     for i, path in enumerate(files):
         index.put("repo", i + 1, target.tokenize(path.read_text(encoding="utf-8")), path.name)
     return index
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    # assistd.measure.bench has the same function, but importing it pulls in the
-    # history store (sqlite-utils, click...), which the GPU machine does not have.
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def greedy(target, n_prompts: int, prompt_tokens: int, max_tokens: int, k: int,

@@ -8,7 +8,7 @@
 #
 # Everything but the apt packages goes to ASSISTD_E2E_HOME (default
 # ${XDG_CACHE_HOME:-~/.cache}/assistd-e2e), outside the repository; the last step writes
-# $ASSISTD_E2E_HOME/env.json, which the tests read (tests/e2e/vscode.py).
+# $ASSISTD_E2E_HOME/env.json, which the tests read (harness/vscode.py).
 set -euo pipefail
 
 CODE_SERVER_VERSION=4.100.3      # VS Code 1.100.3: the last code-server line on Node 20

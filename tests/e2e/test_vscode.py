@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.e2e.vscode import EXTENSION_SRC, SetupMissing, VSCode
+from harness.vscode import EXTENSION_SRC, SetupMissing, VSCode
 
 pytestmark = pytest.mark.e2e
 
