@@ -256,25 +256,18 @@ class Completer:
         if self.runtime is not None:
             return
         s = self.settings
-        model = Path(s.model) if s.model else None
         started = [time.perf_counter()]
 
         def stage(name: str) -> None:
-            if name == LOADING and s.backend == "openai":  # the URL, never the key
-                log.info("loading the model of the remote Target %s (%s, n_ctx %d)", s.target_url,
-                         s.target_model or "(the server's first)", s.n_ctx)
-            elif name == LOADING:
-                log.info("loading the model %s (backend %s%s, n_ctx %d)",
-                         model or "(the embedded default)", s.backend,
-                         f", {s.numerics} numerics" if s.backend == "llama" else "", s.n_ctx)
+            if name == LOADING:  # (a remote one: its URL, never the key)
+                log.info("loading %s", s.target)
             else:  # the tuner logs whether it calibrated or read its cache
                 log.info("model loaded in %.1f s", time.perf_counter() - started[0])
                 started[0] = time.perf_counter()
             if progress is not None:
                 progress(name)
 
-        self.runtime = Runtime.open(model, db=Path(s.db) if s.db else None, n_ctx=s.n_ctx,
-                                    target_options=s.target_options(), progress=stage)
+        self.runtime = Runtime.open(s.target, db=Path(s.db) if s.db else None, progress=stage)
         log.info("history and tuner ready in %.1f s", time.perf_counter() - started[0])
         self._buffers.clear()
 
@@ -514,7 +507,7 @@ class Completer:
         [] when off, outside a scope, or when no buffer has a similar chunk."""
         budget = min(self.settings.cross_file_tokens, self._prompt_budget() // 2)
         t = self.target  # a remote one: "file" (its own or this editor's) keeps them local
-        if getattr(t, "remote", False) and "file" in (self.settings.target_context,
+        if getattr(t, "remote", False) and "file" in (self.settings.target.target_context,
                                                       getattr(t, "context", "all")):
             budget = 0
         if scope is None or budget <= 0:

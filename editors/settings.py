@@ -1,55 +1,37 @@
 """Typed settings of the LSP server, read from ``initializationOptions`` and
-``workspace/didChangeConfiguration``, over the defaults the ``ASSISTD_*`` environment
-gives the Target (:func:`environment_settings`: ``ASSISTD_BACKEND``, ``ASSISTD_NUMERICS``,
-``ASSISTD_TARGET_URL`` and the other remote Target keys, named as in ``assistd serve``'s
-configuration).
+``workspace/didChangeConfiguration``, over the Target that the ``ASSISTD_*`` environment
+and the config file give (:func:`environment_settings`: the Target ``assistd serve``
+would open, :func:`assistd.targets.spec.resolve`).
 
-Both carry ``{"assistd": {...}}`` (a flat object is accepted too). A value of the wrong
-type or out of range falls back to its default and yields a warning the server shows
+Both carry ``{"assistd": {...}}`` (a flat object is accepted too). The Target's
+settings are :class:`~assistd.targets.spec.TargetSpec`'s fields in camelCase (``nCtx``,
+``targetUrl``; the key is never a setting): an editor's value takes a flag's place for
+its session. A value of the wrong type or out of range keeps the value it had (the
+environment's, the config file's or the default) and yields a warning the server shows
 with ``window/showMessage``: a typo in an editor's settings never stops completions.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from assistd.ground.errors import InputError
-from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS
 from assistd.ground.options import K_LIMIT, parse_k
 from assistd.ground.paths import user_path
-from assistd.targets.open import BACKENDS
-from assistd.targets.remote import base_url
+from pydantic import ValidationError
 
+from assistd.targets.spec import FIELDS, KEY_FIELD, TargetSpec, layers, named, problems
 
 @dataclass(frozen=True)
 class Settings:
     """Server settings (LSP camelCase keys in brackets).
 
-    model:             GGUF path of the Target; None = the embedded default (``model``).
-    backend:           "llama", "torch" or "openai": a remote OpenAI-compatible server, which
-                       then needs ``target_url`` (``backend``).
-    target_url:        backend openai: the server's base URL, e.g. http://127.0.0.1:8080
-                       (``targetUrl``); ``model`` may then name a GGUF with the server
-                       model's tokenizer.
-    target_model:      backend openai: the model name sent; None = the server's first
-                       (``targetModel``).
-    target_key_file:   backend openai: a 0600 file holding the server's API key; None = the
-                       key in ``$ASSISTD_TARGET_KEY``, if any (``targetKeyFile``). The key
-                       itself is never a setting, so never logged with them.
-    target_ca_bundle:  backend openai: PEM CA certificates for https (``targetCaBundle``).
-    target_timeout_ms: backend openai: the longest wait for the server's next chunk, ms
-                       (``targetTimeoutMs``).
-    target_context:    with a remote Target (this one or the daemon's): "all" (prompts also
-                       carry secret-filtered cross-file snippets) or "file" (only the
-                       document's own text leaves the machine) (``targetContext``); the
-                       stricter of this and the Target's ``target_context`` applies.
-    n_ctx:             context window, tokens (``nCtx``).
-    numerics:          backend llama: "fast", "exact" or "llama", the kernels of this
-                       server's own Target and what its speculative output promises
-                       (:mod:`assistd.ground.numerics`; ``numerics``). Through the daemon
-                       its Target's numerics apply (``numerics`` in its configuration).
+    target:            the Target's settings (:class:`~assistd.targets.spec.TargetSpec`;
+                       each field a setting: ``model``, ``backend``, ``nCtx``, ``numerics``,
+                       ``threads``, ``device``, ``targetUrl``, ``targetContext``, ...).
+                       Through the daemon its Target applies (its configuration), but for
+                       ``targetContext``: the stricter of this and the daemon's applies.
     proposer:          "suffix", "ngram" or "none" (plain decoding) (``proposer``).
     k:                 draft ceiling in tokens, or "auto" (the tuner, per language) (``k``).
     max_tokens:        tokens generated per suggestion at most (``maxTokens``).
@@ -69,16 +51,7 @@ class Settings:
     telemetry:         store shown/accepted/dismissed events locally (``telemetry``).
     """
 
-    model: str | None = None
-    backend: str = "llama"
-    target_url: str | None = None
-    target_model: str | None = None
-    target_key_file: str | None = None
-    target_ca_bundle: str | None = None
-    target_timeout_ms: int = 30_000
-    target_context: str = "all"
-    n_ctx: int = 2048
-    numerics: str = DEFAULT_NUMERICS
+    target: TargetSpec = field(default_factory=TargetSpec)
     proposer: str = "suffix"
     k: int | str = "auto"
     max_tokens: int = 64
@@ -93,21 +66,7 @@ class Settings:
 
     def engine_key(self) -> tuple:
         """The settings whose change needs a new Target or store."""
-        return (self.model, self.backend, self.n_ctx, self.db, self.target_url,
-                self.target_model, self.target_key_file, self.target_ca_bundle,
-                self.target_timeout_ms, self.numerics)
-
-    def target_options(self) -> dict:
-        """The keyword arguments of :func:`assistd.targets.open.open_target` but ``model``
-        and ``n_ctx`` (the remote ones only for backend openai, numerics for llama)."""
-        if self.backend == "llama":
-            return {"backend": "llama", "numerics": self.numerics}
-        if self.backend != "openai":
-            return {"backend": self.backend}
-        return {"backend": "openai", "target_url": self.target_url,
-                "target_model": self.target_model, "target_key_file": self.target_key_file,
-                "target_ca_bundle": self.target_ca_bundle,
-                "target_timeout_s": self.target_timeout_ms / 1000}
+        return (self.target, self.db)
 
 
 def _camel(name: str) -> str:
@@ -115,8 +74,9 @@ def _camel(name: str) -> str:
     return head + "".join(w.capitalize() for w in rest)
 
 
-_KEYS = {_camel(f.name): f.name for f in fields(Settings)} | {f.name: f.name for f in fields(Settings)}
-_KEYS["nCtx"] = "n_ctx"
+_OWN = [f.name for f in fields(Settings) if f.name != "target"]
+_TARGET = [f for f in FIELDS if f != KEY_FIELD]
+_KEYS = {_camel(n): n for n in _OWN + _TARGET} | {n: n for n in _OWN + _TARGET}
 
 
 def _check(name: str, value: Any) -> Any:
@@ -126,7 +86,7 @@ def _check(name: str, value: Any) -> Any:
             raise ValueError(f"an integer from {lo} to {hi}")
         return value
 
-    if name in ("model", "db", "target_key_file", "target_ca_bundle"):
+    if name == "db":
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
@@ -135,35 +95,6 @@ def _check(name: str, value: Any) -> Any:
             return str(user_path(value))
         except InputError as e:  # ~nosuchuser: this setting is refused, with the reason
             raise ValueError(str(e)) from None
-    if name == "backend":
-        if value not in BACKENDS:
-            raise ValueError(" or ".join(map(repr, BACKENDS)))
-        return value
-    if name == "target_url":
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ValueError("an http(s)://HOST[:PORT] URL or null")
-        try:
-            return base_url(value)
-        except InputError as e:
-            raise ValueError(str(e).replace("--target-url", "the server's URL")) from None
-    if name == "target_model":
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip() or len(value) > 256:
-            raise ValueError("a model name or null")
-        return value
-    if name == "target_timeout_ms":
-        return integer(1, 3_600_000)
-    if name == "target_context":
-        if value not in ("all", "file"):
-            raise ValueError("'all' or 'file'")
-        return value
-    if name == "numerics":
-        if value not in NUMERICS:  # (the warning names the setting and the value)
-            raise ValueError(f"{', '.join(map(repr, NUMERICS[:-1]))} or {NUMERICS[-1]!r}")
-        return value
     if name == "proposer":
         from assistd.runtime.runtime import served_proposers  # the one vocabulary
 
@@ -175,8 +106,6 @@ def _check(name: str, value: Any) -> Any:
             return parse_k(value)
         except InputError:
             raise ValueError(f"'auto' or a number of tokens 0..{K_LIMIT}") from None
-    if name == "n_ctx":
-        return integer(128, 1 << 20)
     if name == "max_tokens":
         return integer(1, 1024)
     if name == "max_prompt_tokens":
@@ -201,12 +130,16 @@ def _check(name: str, value: Any) -> Any:
 def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
     """``raw`` (the client's JSON) over ``base`` -> ``(settings, warnings)``.
 
-    Unknown keys and bad values produce one warning each and keep the base value
-    (the default for a bad value on a first read). Never raises.
+    Unknown keys and bad values produce one warning each and keep the base value. The
+    Target's settings go over ``base.target`` as flags go over the environment and the
+    config file, checked by :class:`~assistd.targets.spec.TargetSpec`. Never raises.
 
     >>> s, w = parse_settings({"assistd": {"k": 4, "maxTokens": "many", "colour": 1}})
     >>> s.k, s.max_tokens, len(w)
     (4, 64, 2)
+    >>> s, w = parse_settings({"nCtx": 10})
+    >>> s.target.n_ctx, w
+    (4096, ["assistd setting 'nCtx'=10 is invalid: nCtx must be at least 64, not 10; using 4096"])
     """
     base = base or Settings()
     if raw is None:
@@ -217,13 +150,16 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
         return base, []
     if not isinstance(raw, dict):
         return base, [f"assistd settings must be an object, not {type(raw).__name__}; using defaults"]
-    changes, warnings = {}, []
+    changes, target, wire, warnings = {}, {}, {}, []
     for key, value in raw.items():
         if key == "token":  # `lsp --tcp`'s credential, checked before the server: not a setting
             continue
         name = _KEYS.get(key)
         if name is None:
             warnings.append(f"unknown assistd setting {key!r} ignored")
+            continue
+        if name in _TARGET:
+            target[name], wire[name] = value, key
             continue
         try:
             changes[name] = _check(name, value)
@@ -232,42 +168,61 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
             changes[name] = default
             warnings.append(f"assistd setting {key!r}={value!r} is invalid (expected {e});"
                             f" using {default!r}")
-    if changes.get("n_ctx", base.n_ctx) <= changes.get("max_tokens", base.max_tokens) + 1:
-        warnings.append("assistd setting maxTokens does not fit nCtx; using the defaults for both")
-        changes["n_ctx"], changes["max_tokens"] = Settings.n_ctx, Settings.max_tokens
-    if changes.get("backend", base.backend) == "openai" and not changes.get("target_url", base.target_url):
-        # a local model in its place would answer without a word of the server
-        warnings.append("assistd setting backend 'openai' needs targetUrl (the server's base"
-                        f" URL, e.g. http://127.0.0.1:8080); using backend {Settings.backend!r}")
-        changes["backend"] = Settings.backend
-    return replace(base, **changes), warnings
+    spec, dropped = over(base.target, target)
+    for name, text in dropped:
+        key = wire.get(name, _camel(name))
+        text = text.replace(name, key, 1)
+        if name == "backend" and "target_url" in text:  # the editor's word for it
+            warnings.append(f"assistd setting backend {target[name]!r} needs targetUrl (the"
+                            " server's base URL, e.g. http://127.0.0.1:8080); using backend"
+                            f" {base.target.backend!r}")
+        else:
+            warnings.append(f"assistd setting {key!r}={target.get(name)!r} is invalid: {text};"
+                            f" using {getattr(base.target, name)!r}")
+    if spec.n_ctx <= changes.get("max_tokens", base.max_tokens) + 1:
+        warnings.append("assistd setting maxTokens does not fit nCtx; using the values before")
+        spec, changes["max_tokens"] = base.target, base.max_tokens
+    return replace(base, target=spec, **changes), warnings
+
+
+def over(base: TargetSpec, values: dict[str, Any]) -> tuple[TargetSpec, list[tuple[str, str]]]:
+    """``values`` over ``base``, each bad one dropped (``base``'s kept):
+    ``(spec, [(field, message)])``; a value that breaks a rule across fields with one of
+    ``base`` is dropped too. Never raises."""
+    values, dropped = dict(values), []
+    while values:
+        try:
+            return TargetSpec(**{**{n: getattr(base, n) for n in FIELDS}, **values}), dropped
+        except ValidationError as e:
+            found = problems(e)
+        bad = {k: t for k, t in found if k in values} or {  # else a rule across fields:
+            k: found[0][1] for k in ("backend", "target_url") if k in values}  # drop ours
+        for key in bad or list(values):
+            dropped.append((key, bad.get(key, found[0][1])))
+            del values[key]
+    return base, dropped
 
 
 # The environment variables of the Target's settings: the names `assistd serve` reads.
-ENVIRONMENT = {f"ASSISTD_{name.upper()}": name for name in (
-    "backend", "numerics", "target_url", "target_model", "target_key_file",
-    "target_ca_bundle", "target_timeout_ms", "target_context")}
+ENVIRONMENT = {f"ASSISTD_{name.upper()}": name for name in FIELDS}
 
 
-def environment_settings(environ=None) -> tuple[Settings, list[str]]:
-    """The defaults with the Target's ``ASSISTD_*`` variables (:data:`ENVIRONMENT`) over
-    them -> ``(settings, warnings)``: what an in-process ``assistd lsp`` starts from, so
-    that ``ASSISTD_BACKEND=openai ASSISTD_TARGET_URL=...`` serves it as it serves the
-    daemon. An empty variable is unset; a bad one warns and keeps the default. Never raises.
+def environment_settings(environ=None, config_file=None) -> tuple[Settings, list[str]]:
+    """The defaults with the Target of the ``ASSISTD_*`` environment and the config file
+    over them (what ``assistd serve`` would open) -> ``(settings, warnings)``: what an
+    in-process ``assistd lsp`` starts from. An empty variable is unset; a bad value warns,
+    naming its variable or file, and keeps the default. Never raises.
 
     >>> s, w = environment_settings({"ASSISTD_BACKEND": "openai",
     ...                              "ASSISTD_TARGET_URL": "http://127.0.0.1:8080/v1"})
-    >>> s.backend, s.target_url, w
+    >>> s.target.backend, s.target.target_url, w
     ('openai', 'http://127.0.0.1:8080', [])
     """
-    environ = os.environ if environ is None else environ
-    raw: dict[str, Any] = {}
-    for var, name in ENVIRONMENT.items():
-        value = environ.get(var, "").strip()
-        if value:
-            raw[name] = int(value) if name == "target_timeout_ms" and value.isdigit() else value
-    settings, warnings = parse_settings(raw)
-    for var, name in ENVIRONMENT.items():  # name the variable, not a client setting
-        warnings = [w.replace(f"setting {name!r}", f"${var}") for w in warnings]
-    warnings = [w.replace("needs targetUrl", "needs $ASSISTD_TARGET_URL") for w in warnings]
-    return settings, warnings
+    try:
+        values, origins = layers(environ=environ, config_file=config_file)
+    except InputError as e:  # an unreadable or malformed file
+        return Settings(), [f"{e}; using the default Target"]
+    spec, dropped = over(TargetSpec(), values)
+    warnings = [f"{named(text, name, origins.get(name))}; using {getattr(spec, name)!r}"
+                for name, text in dropped]
+    return Settings(target=spec), warnings

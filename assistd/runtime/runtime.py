@@ -35,6 +35,7 @@ from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.sequences import SequencePool
 from assistd.targets.base import Target
 from assistd.targets.open import open_target
+from assistd.targets.spec import DEFAULT_N_CTX, TargetSpec, from_options
 from proposers import available, make_proposer
 from proposers.base import Proposer
 from proposers.index import HistoryIndex
@@ -133,13 +134,16 @@ class Runtime:
         self._buffer_ids = itertools.count(-1_000_001, -1)  # editor buffers: one id space
 
     @classmethod
-    def open(cls, model: Path | None = None, *, db: Path | None = None, n_ctx: int = 2048,
-             target_options: dict | None = None, store: HistoryStore | None = None,
+    def open(cls, spec: TargetSpec | Path | None = None, *, db: Path | None = None,
+             sequences: int | str = 1, store: HistoryStore | None = None,
              seed: int | None = None, max_bytes: int | None = None,
-             progress: Callable[[str], None] | None = None) -> Runtime:
+             progress: Callable[[str], None] | None = None, n_ctx: int | None = None,
+             target_options: dict | None = None) -> Runtime:
         """Open the store first (a bad ``db`` fails before the model loads), then the
-        Target (:func:`assistd.targets.open.open_target` with ``target_options``), then
-        the tuner (which calibrates t(n) unless its cache holds it). ``progress(stage)``
+        Target ``spec`` names (:func:`assistd.targets.open.open_target`, keeping
+        ``sequences`` KV sequences), then the tuner (which calibrates t(n) unless its
+        cache holds it). Callers not yet moved pass a model path, ``n_ctx`` and
+        ``target_options`` (open_target's former keywords). ``progress(stage)``
         hears :data:`LOADING` and :data:`CALIBRATING` as they begin. What was opened is
         closed again when a later part fails. Raises
         :class:`~assistd.ground.errors.HistoryError`, :class:`~assistd.ground.errors.ModelError`."""
@@ -148,7 +152,11 @@ class Runtime:
         store = store or open_store(db)
         try:
             say(LOADING)
-            target = open_target(model, n_ctx=n_ctx, **(target_options or {}))
+            if not isinstance(spec, TargetSpec):
+                options = dict(target_options or {})
+                sequences = options.pop("sequences", sequences)
+                spec = from_options(spec, n_ctx=n_ctx or DEFAULT_N_CTX, **options)
+            target = open_target(spec, sequences=sequences)
         except BaseException:
             if own:
                 store.close()

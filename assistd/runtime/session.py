@@ -17,6 +17,7 @@ from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.runtime import Runtime
 from assistd.targets.base import Target
+from assistd.targets.spec import TargetSpec, from_options
 from storage.indexer import IndexReport, find_repository_root, is_repository
 from storage.walk import Refused, open_checked
 
@@ -118,6 +119,7 @@ class Completion:
             "stop_reason": g.stop_reason,
             "target": {"backend": self.target.backend, "model": self.target.model_path,
                        "n_ctx": self.target.n_ctx, "device": self.target.device,
+                       "threads": getattr(self.target, "n_threads", None),
                        "numerics": self.target.numerics, "promise": self.target.promise,
                        "speculation_off": self.target.speculation_off},
             "sampling": self.sampling.as_dict(),
@@ -140,22 +142,21 @@ def complete_at(
     k: int | str = "auto",
     max_tokens: int = 64,
     max_prompt_tokens: int = 1024,
-    n_ctx: int = 2048,
-    model: Path | None = None,
+    spec: TargetSpec | None = None,
     db: Path | None = None,
     runtime: Runtime | None = None,
     sampling: SamplingParams = GREEDY,
     stop: tuple[str, ...] = (),
-    target_options: dict | None = None,
     guess_outside_git: bool = False,
     draft_model: Path | None = None,
     language: str = "plaintext",
     between_rounds=None,
     owner: str = "complete",
+    **old_target,
 ) -> Completion:
     """``assistd complete``: complete ``prompt_text`` with speculative decoding, drafting
-    from ``repo``'s history, on ``runtime`` (None: one opened from ``model``, ``db``,
-    ``n_ctx`` and ``target_options``, see :meth:`Runtime.open`).
+    from ``repo``'s history, on ``runtime`` (None: one opened from ``spec``, the Target's
+    settings, and ``db``, see :meth:`Runtime.open`).
 
     The repository is indexed incrementally first. ``proposer="none"`` (or k=0) is
     plain decoding through the same loop. ``sampling`` is greedy by default;
@@ -173,13 +174,15 @@ def complete_at(
     daemon's preemption hook); ``owner`` labels the KV sequence it uses. Raises :class:`InputError`, :class:`ModelError`,
     :class:`HistoryError`.
     """
-    window = runtime.target.n_ctx if runtime is not None else n_ctx
+    if spec is None:  # (callers not yet moved: model, n_ctx, target_options)
+        options = old_target.pop("target_options", None) or {}
+        spec = from_options(old_target.pop("model", None), **old_target, **options)
+    window = runtime.target.n_ctx if runtime is not None else spec.n_ctx
     if max_tokens + 1 >= window:
         raise InputError(f"--max-tokens {max_tokens} does not fit --n-ctx {window}")
     k = parse_k(k)  # before the model loads: a bad k fails fast
     if runtime is None:
-        runtime = Runtime.open(model, db=db, n_ctx=n_ctx, target_options=target_options,
-                               seed=sampling.seed)
+        runtime = Runtime.open(spec, db=db, seed=sampling.seed)
     target = runtime.target
     speculate = proposer != "none" and k != 0
     scope = runtime.resolve_scope(repo, chosen=not guess_outside_git, refresh=True,

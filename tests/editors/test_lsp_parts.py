@@ -35,13 +35,13 @@ def test_settings_parse_camel_case_and_fall_back_per_key():
     assert (s.max_tokens, s.k, s.proposer, s.fim, s.enabled) == (16, 7, "ngram", "off", False)
     assert s.db.endswith("/h.db") and "~" not in s.db and w == []
     s2, w2 = parse_settings({"k": -1, "nCtx": 10**9, "telemetry": "yes", "model": ""}, s)
-    assert (s2.k, s2.n_ctx, s2.telemetry, s2.model) == ("auto", 2048, True, None)
+    assert (s2.k, s2.target.n_ctx, s2.telemetry, s2.target.model) == ("auto", 4096, True, None)
     assert s2.max_tokens == 16  # kept from the base
     assert len(w2) == 4 and all("invalid" in x for x in w2)
     assert parse_settings([1, 2])[1] == ["assistd settings must be an object, not list; using defaults"]
     assert parse_settings(None) == (Settings(), [])
     s3, w3 = parse_settings({"maxTokens": 600, "nCtx": 512})
-    assert (s3.max_tokens, s3.n_ctx) == (64, 2048) and "does not fit" in w3[0]
+    assert (s3.max_tokens, s3.target.n_ctx) == (64, 4096) and "does not fit" in w3[0]
 
 
 def test_the_numerics_setting_reaches_an_own_target_and_is_said_unused_on_the_daemon(caplog):
@@ -53,19 +53,20 @@ def test_the_numerics_setting_reaches_an_own_target_and_is_said_unused_on_the_da
 
     from editors.settings import environment_settings
 
+    from assistd.targets.spec import TargetSpec
+
     s, w = parse_settings({"assistd": {"numerics": "exact"}})
-    assert w == [] and s.target_options() == {"backend": "llama", "numerics": "exact"}
-    assert Settings().numerics == "fast" and s.engine_key() != Settings().engine_key()
-    torch = parse_settings({"backend": "torch", "numerics": "exact"})[0]
-    assert "numerics" not in torch.target_options()  # (llama.cpp's kernels only)
+    assert w == [] and s.target == TargetSpec(numerics="exact")
+    assert Settings().target.numerics == "fast" and s.engine_key() != Settings().engine_key()
     s, w = parse_settings({"assistd": {"numerics": "bogus"}})
-    assert s.numerics == "fast" and w == ["assistd setting 'numerics'='bogus' is invalid"
-                                          " (expected 'fast', 'exact' or 'llama'); using 'fast'"]
+    assert s.target.numerics == "fast" and w == [
+        "assistd setting 'numerics'='bogus' is invalid: numerics must be 'fast', 'exact' or"
+        " 'llama', not 'bogus'; using 'fast'"]
     s, w = environment_settings({"ASSISTD_NUMERICS": "llama"})
-    assert s.numerics == "llama" and w == []
+    assert s.target.numerics == "llama" and w == []
     shared = Completer(shared=SimpleNamespace(target=SimpleNamespace(numerics="exact")))
     with caplog.at_level(logging.WARNING, logger="assistd.lsp"):
-        shared.configure(Settings(numerics="llama"))
+        shared.configure(Settings(target=TargetSpec(numerics="llama")))
     assert "numerics" in caplog.text and "its Target runs exact numerics" in caplog.text
 
 

@@ -35,21 +35,25 @@ def test_remote_settings_are_checked_and_need_a_url():
     environment alike."""
     s, w = parse_settings({"assistd": {"backend": "openai", "targetUrl": "http://127.0.0.1:8080/v1/",
                                        "targetModel": "m", "targetTimeoutMs": 5000}})
-    assert w == [] and (s.backend, s.target_url, s.target_model) == ("openai", "http://127.0.0.1:8080", "m")
-    assert s.target_options()["target_timeout_s"] == 5.0
+    t = s.target
+    assert w == [] and (t.backend, t.target_url, t.target_model) == ("openai", "http://127.0.0.1:8080", "m")
+    assert t.target_timeout_ms == 5000
     assert s.engine_key() != Settings().engine_key()  # a new server reopens the Target
     s, w = parse_settings({"backend": "openai"})  # a local model would answer in its place
-    assert s.backend == "llama" and len(w) == 1 and "needs targetUrl" in w[0]
+    assert s.target.backend == "llama" and len(w) == 1 and "needs targetUrl" in w[0]
     s, w = parse_settings({"backend": "openai", "targetUrl": "ftp://x", "targetTimeoutMs": 0})
-    assert s.backend == "llama" and s.target_url is None and len(w) == 3
+    assert s.target.backend == "llama" and s.target.target_url is None and len(w) == 3
     assert "http(s)://" in w[0] and "targetTimeoutMs" in w[1]
     s, w = environment_settings({"ASSISTD_BACKEND": "openai", "ASSISTD_TARGET_URL": "http://h:1",
-                                 "ASSISTD_TARGET_TIMEOUT_MS": "x", "ASSISTD_MODEL": "ignored"})
-    assert (s.backend, s.target_url, s.target_timeout_ms) == ("openai", "http://h:1", 30_000)
-    assert len(w) == 1 and "$ASSISTD_TARGET_TIMEOUT_MS" in w[0]
+                                 "ASSISTD_TARGET_TIMEOUT_MS": "x", "ASSISTD_MODEL": "/m.gguf"})
+    t = s.target  # the model too: the in-process server opens the daemon's Target
+    assert (t.backend, t.target_url, t.target_timeout_ms, t.model) == (
+        "openai", "http://h:1", 30_000, "/m.gguf")
+    assert w == ["$ASSISTD_TARGET_TIMEOUT_MS: target_timeout_ms must be an integer, not 'x';"
+                 " using 30000"]
     assert environment_settings({"ASSISTD_BACKEND": "openai"})[1] == [
-        "assistd setting backend 'openai' needs $ASSISTD_TARGET_URL (the server's base URL,"
-        " e.g. http://127.0.0.1:8080); using backend 'llama'"]
+        "$ASSISTD_BACKEND: backend openai needs target_url (the server's base URL,"
+        " e.g. http://127.0.0.1:8080); using 'llama'"]
     assert environment_settings({})[0] == Settings()
 
 
@@ -109,9 +113,9 @@ def test_target_context_is_read_from_the_environment_like_the_other_target_keys(
     did not read from the environment `assistd serve` reads."""
     base = {"ASSISTD_BACKEND": "openai", "ASSISTD_TARGET_URL": "http://127.0.0.1:8080"}
     s, w = environment_settings({**base, "ASSISTD_TARGET_CONTEXT": "file"})
-    assert w == [] and s.target_context == "file"
+    assert w == [] and s.target.target_context == "file"
     s, w = environment_settings({**base, "ASSISTD_TARGET_CONTEXT": "nothing"})
-    assert s.target_context == "all" and len(w) == 1 and "$ASSISTD_TARGET_CONTEXT" in w[0]
+    assert s.target.target_context == "all" and len(w) == 1 and "$ASSISTD_TARGET_CONTEXT" in w[0]
     s, w = parse_settings({"targetContext": "all"}, environment_settings(
         {**base, "ASSISTD_TARGET_CONTEXT": "file"})[0])
-    assert s.target_context == "all"  # an editor's own setting still goes over it
+    assert s.target.target_context == "all"  # an editor's own setting still goes over it

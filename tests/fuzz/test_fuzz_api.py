@@ -21,6 +21,7 @@ from starlette.testclient import TestClient
 from assistd.serving.api import build_app
 from assistd.serving.config import Config
 from assistd.serving.service import Service
+from assistd.targets.spec import TargetSpec
 from tests.fuzz.conftest import examples
 from tests.fuzz.strategies import JSON, TEXT, mutated
 
@@ -53,7 +54,8 @@ def client(tmp_path_factory):
     # A relative assistd.scope ("." and the like) must not index the checkout.
     cwd = os.getcwd()
     os.chdir(folder)
-    service = Service(Config(db=str(folder / "history.db"), n_ctx=512, max_tokens_limit=4))
+    service = Service(Config(target=TargetSpec(n_ctx=512), db=str(folder / "history.db"),
+                             max_tokens_limit=4))
     service.start()
     try:
         # The API answers only a loopback Host, and TCP requests need the bearer token.

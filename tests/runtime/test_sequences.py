@@ -18,6 +18,7 @@ from assistd.serving.service import GenerationRequest, Service
 from assistd.targets.base import choose_sequences
 from assistd.targets.llama import LlamaTarget, kv_bytes_per_token
 from assistd.targets.open import default_model_path
+from assistd.targets.spec import TargetSpec
 from tests.conftest import REPO
 
 AGENT_TEXT = (REPO / "assistd/decoding/engine.py").read_text(encoding="utf-8")[:2400]
@@ -158,8 +159,8 @@ def test_agent_editor_agent_keeps_the_agents_prefix_warm(tmp_path, sequences):
     ``numerics="exact"``: tokens and logits are compared bit for bit."""
     # Exact numerics: the output and logits are compared with a fresh Target's bit for
     # bit, which is exact numerics' promise.
-    service = Service(Config(db=str(tmp_path / "h.db"), n_ctx=1024, sequences=sequences,
-                             numerics="exact"))
+    service = Service(Config(target=TargetSpec(n_ctx=1024, numerics="exact"),
+                             db=str(tmp_path / "h.db"), sequences=sequences))
     service.start()
     try:
         t = service.target

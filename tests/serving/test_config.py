@@ -44,7 +44,7 @@ def test_missing_default_file_is_fine_but_a_named_one_is_not(tmp_path):
     ("n_ctx = 'big'", "n_ctx must be an integer"),
     ("repos = '/a'", "repos must be a list of strings"),
     ("agent_transcripts = 1", "true or false"),
-    ("backend = 'tpu'", "backend must be llama or torch"),
+    ("backend = 'tpu'", "backend must be 'llama', 'torch' or 'openai', not 'tpu'"),
     ("k = 'lots'", "k must be 'auto'"),
     ("tcp = 'localhost'", "is not HOST:PORT"),
     ("log_level = 'loud'", "log_level"),
