@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from assistd.ground.errors import ModelError
+from assistd.ground.options import DEFAULT_N_CTX
 from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS, tiled_mm
 from assistd.targets.base import Target
 from assistd.targets.compat import check_compatible
@@ -127,7 +128,7 @@ def draft_numerics(target: Target | None) -> str:
     return DEFAULT_NUMERICS
 
 
-def open_draft(path: str | Path | None, *, backend: str = "llama", n_ctx: int = 2048,
+def open_draft(path: str | Path | None, *, backend: str = "llama", n_ctx: int = DEFAULT_N_CTX,
                n_threads: int | None = None, **target_options) -> Target:
     """Load a draft model: a second Target instance with its own context and KV cache.
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from assistd.ground.errors import InputError
 
+# The Target's context window when no flag, variable, config key or setting names one,
+# tokens (every front end; assistd.targets.spec.TargetSpec.n_ctx).
+DEFAULT_N_CTX = 4096
+
 # The largest fixed ceiling a user may ask for (tokens per draft). With k="auto" the
 # tuner chooses among 0..assistd.decoding.tuner.K_MAX.
 K_LIMIT = 64

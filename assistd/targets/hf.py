@@ -31,6 +31,7 @@ import numpy as np
 import platformdirs
 
 from assistd.ground.errors import ModelError
+from assistd.ground.options import DEFAULT_N_CTX
 from assistd.ground.process import process_alive
 from assistd.targets.base import Target, choose_sequences, encodable, tokenizer_fingerprint
 from assistd.targets.gguf_header import gguf_metadata
@@ -77,7 +78,7 @@ class TorchTarget(Target):
     backend = "torch"
     numerics = "float"  # batched and one-token forwards differ by float rounding (~1e-5)
 
-    def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, device: str = "auto",
+    def __init__(self, model_path: str | Path, *, n_ctx: int = DEFAULT_N_CTX, device: str = "auto",
                  dtype: str = "auto", n_threads: int | None = None, n_batch: int = 512,
                  sequences: int | str = 1):
         super().__init__()

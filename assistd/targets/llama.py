@@ -59,6 +59,7 @@ from pathlib import Path
 import numpy as np
 
 from assistd.ground.errors import ModelError
+from assistd.ground.options import DEFAULT_N_CTX
 from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS, PROMISES, promise, tiled_mm
 from assistd.targets.base import Target, choose_sequences, encodable, tokenizer_fingerprint
 from assistd.targets.gguf_header import gguf_metadata
@@ -105,7 +106,8 @@ class LlamaTarget(Target):
 
     backend = "llama"
 
-    def __init__(self, model_path: str | Path, *, n_ctx: int = 2048, n_threads: int | None = None,
+    def __init__(self, model_path: str | Path, *, n_ctx: int = DEFAULT_N_CTX,
+                 n_threads: int | None = None,
                  n_gpu_layers: int = 0, n_batch: int = 512, numerics: str = DEFAULT_NUMERICS,
                  sequences: int | str = 1, tree_branches: int = 0):
         super().__init__()

