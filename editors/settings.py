@@ -190,6 +190,8 @@ def over(base: TargetSpec, values: dict[str, Any]) -> tuple[TargetSpec, list[tup
     ``(spec, [(field, message)])``; a value that breaks a rule across fields with one of
     ``base`` is dropped too. Never raises."""
     values, dropped = dict(values), []
+    if values.get("backend", "openai") != "openai" and "target_url" not in values:
+        values["target_url"] = None  # a local backend over base's server: left unused on purpose
     while values:
         try:
             return TargetSpec(**{**{n: getattr(base, n) for n in FIELDS}, **values}), dropped

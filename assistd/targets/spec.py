@@ -309,7 +309,9 @@ def layers(flags: Mapping[str, Any] | None = None, *, config_file: Path | None =
     or the config file's path. ``flags`` with None values are not given; the file is
     ``config_file``, else ``$ASSISTD_CONFIG`` (it must exist), else the default file
     when it exists; ``file_values``: its keys already read (the daemon's). Keys of the
-    file that are not Target fields are left to their reader. Raises :class:`InputError`."""
+    file that are not Target fields are left to their reader. A local backend given above
+    the source of ``target_url`` drops it (``complete --backend llama`` beside a config
+    file's server). Raises :class:`InputError`."""
     environ = os.environ if environ is None else environ
     if file_values is None:
         explicit = config_file is not None or "ASSISTD_CONFIG" in environ
@@ -325,12 +327,18 @@ def layers(flags: Mapping[str, Any] | None = None, *, config_file: Path | None =
                          f" ${env_name(KEY_FIELD)}")
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    for source, where in (
+    rank: dict[str, int] = {}
+    for level, (source, where) in enumerate((
             ({k: v for k, v in file_values.items() if k in FIELDS}, lambda k: str(config_file)),
             (_Environment(TargetSpec, environ)(), lambda k: "$" + env_name(k)),
-            (InitSettingsSource(TargetSpec, given)(), flag_source)):
+            (InitSettingsSource(TargetSpec, given)(), flag_source))):
         for key, value in source.items():
-            values[key], origins[key] = value, where(key)
+            values[key], origins[key], rank[key] = value, where(key), level
+    if (values.get("backend", "openai") != "openai"
+            and rank.get("backend", -1) > rank.get("target_url", 3)):
+        # a local backend named above the file's (or environment's) server: that server
+        # is left unused on purpose, not by mistake
+        del values["target_url"], origins["target_url"]
     return values, origins
 
 

@@ -120,3 +120,18 @@ def test_the_old_keywords_still_make_a_spec():
     remote = from_options(None, backend="openai", target_url="http://h:1",
                           target_timeout_s=2.5, target_deadline_s=9)
     assert (remote.target_timeout_ms, remote.target_deadline_ms) == (2500, 9000)
+
+
+def test_a_local_backend_above_a_server_leaves_the_server_unused(tmp_path):
+    """`complete --backend llama` beside a config file (or environment) naming a remote
+    server: the server is not used, and that is no error; a URL above a local backend
+    still is (it would go unused by mistake)."""
+    f = _file(tmp_path, 'backend = "openai"\ntarget_url = "http://127.0.0.1:8080"\n')
+    spec, origins = resolve({"backend": "llama"}, config_file=f, environ={})
+    assert (spec.backend, spec.target_url) == ("llama", None) and "target_url" not in origins
+    with pytest.raises(InputError, match="target_url is set but backend is 'llama'"):
+        resolve({}, config_file=_file(tmp_path, 'backend = "llama"\n'),
+                environ={"ASSISTD_TARGET_URL": "http://127.0.0.1:8080"})
+    base, _ = environment_settings({"ASSISTD_CONFIG": str(f)})
+    s, w = parse_settings({"backend": "llama"}, base)  # an editor's own local Target
+    assert (s.target.backend, s.target.target_url, w) == ("llama", None, [])
