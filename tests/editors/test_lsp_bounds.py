@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from pygls.exceptions import JsonRpcInvalidParams
 
-from editors.server import MAX_LOG_LINE_CHARS, MAX_MESSAGE_BYTES, MAX_URI_CHARS
+from editors.transport import MAX_LOG_LINE_CHARS, MAX_MESSAGE_BYTES, MAX_URI_CHARS
 from tests import lsp_helpers
 from tests.conftest import make_repo
 from tests.daemon_helpers import start_daemon
@@ -113,7 +113,7 @@ def test_a_message_over_the_bound_gets_an_lsp_error_and_is_skipped_unread(tmp_pa
         b"Content-Length: %d\r\n\r\n" % len(body) + body,
         frame({"jsonrpc": "2.0", "id": 3, "method": "assistd/noSuchMethod"}),
         frame({"jsonrpc": "2.0", "method": "exit"})])
-    code = ("import sys, editors.server as s; s.MAX_MESSAGE_BYTES = %d;"
+    code = ("import sys, editors.transport as s; s.MAX_MESSAGE_BYTES = %d;"
             " from assistd.cli import main; sys.argv[1:] = ['lsp', '--no-daemon'];"
             " main()" % bound)
     r = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True,

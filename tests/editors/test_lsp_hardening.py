@@ -206,7 +206,7 @@ def test_the_server_structures_lsp_types_strictly():
     (InvalidParams), and still makes enums and booleans of the right JSON types."""
     import cattrs
 
-    from editors.server import strict_converter
+    from editors.transport import strict_converter
 
     c = strict_converter()
     for line in (1.5, "1", True, None):

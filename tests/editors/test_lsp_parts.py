@@ -321,7 +321,7 @@ def test_time_budget_cuts_at_a_word_boundary():
 def test_lone_surrogates_become_replacement_characters():
     """A lone surrogate in editor text becomes U+FFFD; valid text is returned as the same
     object."""
-    from editors.server import _valid
+    from editors.session import _valid
 
     assert _valid("x = '\ud800'\n") == "x = '\ufffd'\n"
     text = "ok 😋"
