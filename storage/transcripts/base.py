@@ -117,8 +117,10 @@ def decode_line(line: bytes, stats: "ParseStats") -> str:
 
 
 @dataclass(frozen=True)
-class Put:
-    """Create or replace one record."""
+class _TextOp:
+    """The fields of an op that carries text: the record's ``key``, its ``text``, its
+    ``kind`` (ASSISTANT, TOOL_INPUT, ...), the project directory ``cwd`` and the
+    ``language_id`` of code, when known; every string cleaned of lone surrogates."""
     key: str
     text: str
     kind: str
@@ -130,17 +132,14 @@ class Put:
 
 
 @dataclass(frozen=True)
-class Append:
+class Put(_TextOp):
+    """Create or replace one record."""
+
+
+@dataclass(frozen=True)
+class Append(_TextOp):
     """Add ``text`` to record ``key`` as ``old + "\\n" + text``; if the record is missing,
     create it with ``text`` alone."""
-    key: str
-    text: str
-    kind: str
-    cwd: str | None
-    language_id: str | None = None
-
-    def __post_init__(self):
-        _clean_fields(self)
 
 
 def _clean_fields(op) -> None:
@@ -244,9 +243,16 @@ class LineParser(_Parser):
     # whole JSON object is complete (the caller may take it before the newline lands).
     json_lines: ClassVar[bool] = True
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Lines fed since the file's start, this one included (1-based in ``_feed``); a
+        # parser that keys records by line lists it in ``state_fields`` to resume it.
+        self.line_no = 0
+
     def feed_line(self, line: bytes) -> list[Op]:
         """Ops for ONE complete line (without its newline). Never raises on bad input."""
         self.stats.lines += 1
+        self.line_no += 1
         text = decode_line(line, self.stats).rstrip("\r")
         try:
             return self._count(self._feed(text))
@@ -284,6 +290,20 @@ class LineParser(_Parser):
             self.stats.skipped_malformed += 1
             return None
         return value
+
+    def _known(self, line: str, field: str, known: frozenset[str]) -> dict | None:
+        """The line as a JSON object whose ``field`` (its record type, its role) is one of
+        ``known``; None for a blank line, for one that is not a JSON object (counted in
+        ``skipped_malformed``) and for an object of another kind (``skipped_unknown``).
+        A ``field`` that is not a string (a list, an object) raises TypeError, which
+        ``feed_line`` counts as malformed."""
+        rec = self._json(line)
+        if rec is None:
+            return None
+        if rec.get(field) not in known:
+            self.stats.skipped_unknown += 1
+            return None
+        return rec
 
 
 class WholeParser(_Parser):
@@ -368,6 +388,19 @@ class Head:
                 whole = None
         first_line = text.lstrip("\ufeff").split("\n", 1)[0]
         return cls(text=text, objects=objects, whole=whole, first_line=first_line)
+
+    def opens_with(self, opener: str, *patterns: str) -> bool:
+        """The head (after leading whitespace) starts with ``opener`` (``"{"``, ``"["``)
+        and every regex of ``patterns`` is found in it: a single-JSON file too long for
+        the head to parse whole, known by the names it shows.
+
+        >>> Head.of(b'  {"trajectory": [{"action": "ls"').opens_with("{", r'"action"\\s*:')
+        True
+        >>> Head.of(b'[{"action": 1}]').opens_with("{", r'"action"')
+        False
+        """
+        return (self.text.lstrip().startswith(opener)
+                and all(re.search(p, self.text) for p in patterns))
 
 
 # ---------------------------------------------------------------- pure helpers

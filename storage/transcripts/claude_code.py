@@ -82,7 +82,6 @@ class ClaudeCodeParser(LineParser):
 
     def __init__(self) -> None:
         super().__init__()
-        self.line_no = 0
         # message id -> {"text": bool (a text record exists), "seen": [hashes of emitted blocks]}
         self.messages: dict[str, dict] = {}
 
@@ -101,14 +100,10 @@ class ClaudeCodeParser(LineParser):
         return 0
 
     def _feed(self, line: str) -> list[Op]:
-        self.line_no += 1
-        rec = self._json(line)
+        rec = self._known(line, "type", KNOWN_TYPES)
         if rec is None:
             return []
-        kind = rec.get("type")
-        if kind not in KNOWN_TYPES:
-            self.stats.skipped_unknown += 1
-            return []
+        kind = rec["type"]
         if kind != "assistant":
             return self._shown(rec, kind) if self.context_turns else []
         message = rec.get("message")

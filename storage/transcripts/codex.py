@@ -94,7 +94,6 @@ class CodexParser(LineParser):
 
     def __init__(self) -> None:
         super().__init__()
-        self.line_no = 0
         self.cwd: str | None = None
         self.calls: dict[str, str] = {}  # recent call ids -> text hash, for dedup
         self.user_items = False  # context_turns: a response_item user message was seen
@@ -111,14 +110,10 @@ class CodexParser(LineParser):
         return 0
 
     def _feed(self, line: str) -> list[Op]:
-        self.line_no += 1
-        rec = self._json(line)
+        rec = self._known(line, "type", KNOWN_TYPES)
         if rec is None:
             return []
-        rtype, payload = rec.get("type"), rec.get("payload")
-        if rtype not in KNOWN_TYPES:
-            self.stats.skipped_unknown += 1
-            return []
+        rtype, payload = rec["type"], rec.get("payload")
         if not isinstance(payload, dict):
             self.stats.skipped_malformed += 1
             return []

@@ -26,7 +26,6 @@ With ``context_turns`` on (offline replay), what the model was shown is emitted 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
@@ -144,9 +143,8 @@ class GeminiJsonParser(WholeParser):
         whole = head.whole
         if isinstance(whole, dict) and "sessionId" in whole and isinstance(whole.get("messages"), list):
             return 3
-        if (head.text.lstrip().startswith("{") and not head.objects
-                and re.search(r'"sessionId"\s*:', head.text)
-                and re.search(r'"projectHash"\s*:', head.text)):
+        if not head.objects and head.opens_with("{", r'"sessionId"\s*:',
+                                                 r'"projectHash"\s*:'):
             return 2
         return 0
 

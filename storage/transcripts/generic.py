@@ -25,24 +25,16 @@ class GenericJsonlParser(LineParser):
     name_patterns = ("*.jsonl",)
     state_fields = ("line_no",)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.line_no = 0
-
     @classmethod
     def sniff(cls, head: Head) -> int:
         chat = [o for o in head.objects if o.get("role") in ROLES and "content" in o]
         return 1 if chat and len(chat) * 2 >= len(head.objects) else 0
 
     def _feed(self, line: str) -> list[Op]:
-        self.line_no += 1
-        rec = self._json(line)
+        rec = self._known(line, "role", ROLES)
         if rec is None:
             return []
-        role = rec.get("role")
-        if role not in ROLES:
-            self.stats.skipped_unknown += 1
-            return []
+        role = rec["role"]
         cwd = rec.get("cwd") if isinstance(rec.get("cwd"), str) else None
         if role != "assistant":
             if not self.context_turns:

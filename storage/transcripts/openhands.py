@@ -25,7 +25,6 @@ With ``context_turns`` on (offline replay), what the model was shown is emitted 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
@@ -85,9 +84,8 @@ class OpenHandsParser(WholeParser):
         if isinstance(whole, list) and whole and all(isinstance(e, dict) for e in whole) \
                 and any(("action" in e or "observation" in e) and "source" in e for e in whole):
             return 3
-        text = head.text
-        if text.lstrip().startswith("[") and re.search(r'"(action|observation)"\s*:', text) \
-                and re.search(r'"source"\s*:\s*"(agent|user|environment)"', text):
+        if head.opens_with("[", r'"(action|observation)"\s*:',
+                           r'"source"\s*:\s*"(agent|user|environment)"'):
             return 2
         return 0
 

@@ -18,7 +18,6 @@ With ``context_turns`` on (offline replay), what the model was shown is emitted 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from storage.transcripts.base import (
@@ -50,8 +49,7 @@ class SweAgentParser(WholeParser):
         if isinstance(whole, dict) and (isinstance(whole.get("trajectory"), list)
                                         or isinstance(whole.get("attempts"), list)):
             return 3
-        if head.text.lstrip().startswith("{") and re.search(r'"trajectory"\s*:\s*\[', head.text) \
-                and re.search(r'"(thought|action|observation)"\s*:', head.text):
+        if head.opens_with("{", r'"trajectory"\s*:\s*\[', r'"(thought|action|observation)"\s*:'):
             return 2
         return 0
 
