@@ -21,8 +21,8 @@ import pytest
 from assistd.targets.open import default_model_path
 from assistd.targets.llama import LlamaTarget
 from storage.store import HistoryStore
-from tests.daemon_helpers import free_port
-from tests.remote_helpers import start_llama_server, stop_llama_server
+from harness.openai_server import start_llama_server, stop_llama_server
+from harness.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 # Real agent transcripts, read in place from ../shared, never copied here.

@@ -163,6 +163,14 @@ def test_every_front_end_reaches_generation_through_the_runtime():
         assert any(m.startswith(family) for m in users), f"{family} does not use the Runtime"
 
 
+def test_the_cli_package_is_walked_whole():
+    """assistd/cli/ is a package of one module per command family: each module (not only
+    its __init__) is on the roof and under the front-end rule above."""
+    cli = [m for m in modules() if m.startswith("assistd.cli.")]
+    assert {"assistd.cli.complete", "assistd.cli.render", "assistd.cli.target"} <= set(cli)
+    assert all(room(m) == "roof" and m.startswith(FRONT_ENDS) for m in cli)
+
+
 def test_every_benchmark_compiles():
     """The benchmarks are scripts few tests import: at least they must parse (a quote
     edited into a string once broke one unnoticed), benchmarks/gpu/ included."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.lsp import inline, lsp_session, open_doc
 from tests.conftest import make_repo
-from tests.lsp_helpers import inline, lsp_session, open_doc
 from tests.targets.test_remote_context import RecordingProxy
 
 SECRET = "sk-live-9f8e7d6c5b4a39281706f5e4d3c2b1a0"

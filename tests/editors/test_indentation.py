@@ -11,8 +11,8 @@ import pytest
 from lsprotocol import types
 
 from editors.positions import offset_at
+from harness.lsp import inline_item, lsp_session, open_doc
 from tests.conftest import make_repo
-from tests.lsp_helpers import inline_item, lsp_session, open_doc
 
 SQUARE = "def square(x):\n    return x * x\n\ndef area(side):\n"
 SHAPE = "class Shape:\n\tdef __init__(self, side):\n\t\tself.side = side\n\n\tdef area(self):\n"
@@ -137,7 +137,7 @@ async def test_through_the_daemon(tmp_path):
     as in-process, and the session is the daemon's."""
     # `assistd lsp` as a pipe to a running daemon: the same server code on the daemon's
     # Runtime (serve_hosted), the same edits.
-    from tests.daemon_helpers import start_daemon
+    from harness.daemon import start_daemon
 
     repo = make_repo(tmp_path / "repo", {"README.md": "a test repository\n"})
     d = start_daemon(tmp_path, "--repo", str(repo))

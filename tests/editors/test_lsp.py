@@ -14,16 +14,8 @@ from pygls.exceptions import JsonRpcInvalidParams, JsonRpcRequestCancelled
 
 from editors.positions import offset_at, position_at, split_lines
 from editors.prompting import context_at
+from harness.lsp import inline, inline_item, inline_params, insert, lsp_session, open_doc, stats
 from tests.conftest import make_repo, on_remote_target
-from tests.lsp_helpers import (
-    inline,
-    inline_item,
-    inline_params,
-    insert,
-    lsp_session,
-    open_doc,
-    stats,
-)
 
 PATTERN = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    return 3\n\n"
 

@@ -20,11 +20,12 @@ import pytest
 from pygls.exceptions import JsonRpcInvalidParams
 
 from editors.transport import MAX_LOG_LINE_CHARS, MAX_MESSAGE_BYTES, MAX_URI_CHARS
-from tests import lsp_helpers
+from harness.daemon import start_daemon
+from harness.lsp import inline, inline_params, lsp_session, open_doc
+from harness import lsp as lsp_harness
 from tests.conftest import make_repo
-from tests.daemon_helpers import start_daemon
 from tests.lsp_helpers import answers as _answers
-from tests.lsp_helpers import frame, inline, inline_params, lsp_session, open_doc
+from tests.lsp_helpers import frame
 from tests.remote_helpers import PROMPT
 
 pytestmark = pytest.mark.timeout(600)  # a backstop against a hang, far above any run
@@ -59,7 +60,7 @@ async def test_a_huge_uri_is_refused_in_process_and_the_session_goes_on(tmp_path
     repo = make_repo(tmp_path / "repo", {"a.py": PROMPT})
     log = tmp_path / "lsp.log"
     huge = _huge_uri(repo)
-    lsp_helpers.LSP_ARGS[:] = ["--log-file", str(log), "-v"]  # debug lines capped too
+    lsp_harness.LSP_ARGS[:] = ["--log-file", str(log), "-v"]  # debug lines capped too
     try:
         async with lsp_session(tmp_path / "h.db", root=repo) as (client, _):
             open_doc(client, Path(huge[len("file://"):]), "x = 1\n")  # dropped: a notification
@@ -68,7 +69,7 @@ async def test_a_huge_uri_is_refused_in_process_and_the_session_goes_on(tmp_path
             uri = open_doc(client, repo / "b.py", PROMPT)
             assert await inline(client, uri, 1, 4)  # the session goes on
     finally:
-        lsp_helpers.LSP_ARGS[:] = []
+        lsp_harness.LSP_ARGS[:] = []
     _check_log(log.read_text())
 
 

@@ -10,8 +10,8 @@ import sqlite3
 import pytest
 from lsprotocol import types
 
+from harness.lsp import inline_item, insert, lsp_session, open_doc, stats
 from tests.conftest import make_repo, on_llama_server
-from tests.lsp_helpers import inline_item, insert, lsp_session, open_doc, stats
 
 # A body long enough that a 1 ms budget cuts its first line (the model writes the
 # pattern's next function: "def f4():\n    return 4" and more).

@@ -21,11 +21,12 @@ from pytest_lsp import ClientServerConfig
 from assistd.runtime.runtime import Runtime, open_store
 from editors.completer import Completer, Request, uri_path
 from editors.settings import Settings
+from harness.daemon import start_daemon
+from harness.lsp import inline_params, lsp_session, open_doc, stats
+from harness.ports import free_port
 from tests.conftest import make_repo
-from tests.daemon_helpers import free_port, start_daemon
 from tests.lsp_helpers import answers as _answers
 from tests.lsp_helpers import frame as _frame
-from tests.lsp_helpers import inline_params, lsp_session, open_doc, stats
 from tests.lsp_helpers import read_message as _read
 from tests.lsp_helpers import rpc as _rpc
 

@@ -23,8 +23,9 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from harness.lsp import inline, open_doc
 from tests.conftest import make_repo, on_remote_target
-from tests.lsp_helpers import inline, open_doc, until
+from tests.lsp_helpers import until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_TIMEOUT_S = 90  # generous: only to keep a broken build from hanging the suite
@@ -345,7 +346,7 @@ async def test_cold_start_holds_the_first_request_and_shows_progress(tmp_path):
 
 async def test_no_progress_for_a_client_without_the_capability(tmp_path):
     """window.workDoneProgress absent: the server creates no progress token."""
-    from tests.lsp_helpers import lsp_session
+    from harness.lsp import lsp_session
 
     repo = make_repo(tmp_path / "repo", {"README.md": "a test repository\n"})
     async with lsp_session(tmp_path / "fresh.db", root=repo) as (client, _):
@@ -374,8 +375,8 @@ async def test_through_the_daemon_log_and_lifecycle(tmp_path):
     """`assistd lsp` as the pipe to a real daemon: the daemon's log tells each request
     and its ledger without the code; an editor killed with its pipes held open by
     another process ends its pipe and its session on the daemon."""
-    from tests.daemon_helpers import start_daemon
-    from tests.lsp_helpers import lsp_session
+    from harness.daemon import start_daemon
+    from harness.lsp import lsp_session
 
     repo = make_repo(tmp_path / "repo", {"README.md": "a test repository\n"})
     daemon = start_daemon(tmp_path / "d", "--repo", str(repo))

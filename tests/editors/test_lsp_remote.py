@@ -9,8 +9,9 @@ import pytest
 from lsprotocol import types
 
 from editors.settings import Settings, environment_settings, parse_settings
+from harness.lsp import inline, lsp_session, open_doc, stats
 from tests.conftest import make_repo
-from tests.lsp_helpers import inline, lsp_session, open_doc, stats, until
+from tests.lsp_helpers import until
 from tests.remote_helpers import PROMPT
 
 KEY = "sk-test-3f9d2c"  # the keyed server's: it must reach the server, never a log
@@ -65,9 +66,9 @@ async def test_lsp_in_process_on_the_remote_target_from_its_settings(keyed_llama
     log = tmp_path / "lsp.log"
     wrong = {"backend": "openai", "targetUrl": keyed_llama_server + "/v1",
              "targetKeyFile": str(key_file(tmp_path, "sk-wrong"))}
-    from tests import lsp_helpers
+    from harness import lsp as lsp_harness
 
-    lsp_helpers.LSP_ARGS[:] = ["--log-file", str(log), "-v"]
+    lsp_harness.LSP_ARGS[:] = ["--log-file", str(log), "-v"]
     try:
         async with lsp_session(tmp_path / "h.db", root=repo, settings=wrong) as (client, _):
             uri = open_doc(client, repo / "b.py", PROMPT)
@@ -86,7 +87,7 @@ async def test_lsp_in_process_on_the_remote_target_from_its_settings(keyed_llama
             report = await stats(client)  # no acceptance rows: the server decoded
             assert report["ledger"]["entries"] == []
     finally:
-        lsp_helpers.LSP_ARGS[:] = []
+        lsp_harness.LSP_ARGS[:] = []
     assert "loading the model of the remote Target http://127.0.0.1:" in log.read_text()
     assert KEY not in log.read_text() and KEY not in (tmp_path / "h.db").read_bytes().decode("latin-1")
 
@@ -94,17 +95,17 @@ async def test_lsp_in_process_on_the_remote_target_from_its_settings(keyed_llama
 async def test_lsp_in_process_on_the_remote_target_from_the_environment(llama_server, repo, tmp_path):
     """ASSISTD_BACKEND and ASSISTD_TARGET_URL, as `assistd serve` reads them, serve an
     `assistd lsp` with no Target settings."""
-    from tests import lsp_helpers
+    from harness import lsp as lsp_harness
 
     log = tmp_path / "lsp.log"
     env = {"ASSISTD_BACKEND": "openai", "ASSISTD_TARGET_URL": llama_server}
-    lsp_helpers.LSP_ARGS[:] = ["--log-file", str(log)]
+    lsp_harness.LSP_ARGS[:] = ["--log-file", str(log)]
     try:
         async with lsp_session(tmp_path / "h.db", root=repo, env=env) as (client, _):
             uri = open_doc(client, repo / "b.py", PROMPT)
             assert await inline(client, uri, 1, 4)
     finally:
-        lsp_helpers.LSP_ARGS[:] = []
+        lsp_harness.LSP_ARGS[:] = []
     assert f"loading the model of the remote Target {llama_server}" in log.read_text()
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types
 
+from harness.lsp import inline_item, inline_params, lsp_session, open_doc, stats
 from tests.conftest import make_repo
-from tests.lsp_helpers import inline_item, inline_params, lsp_session, open_doc, stats, until
+from tests.lsp_helpers import until
 
 DOC = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    return 3\n\n"
 

@@ -30,10 +30,10 @@ from pytest_lsp import ClientServerConfig
 
 from editors.positions import PositionError, offset_at
 from editors.settings import parse_settings
+from harness.lsp import inline_params, stats
 from tests.conftest import make_repo
 from tests.fuzz.conftest import examples
 from tests.fuzz.strategies import JSON, TEXT, mutated
-from tests.lsp_helpers import inline_params, stats
 
 SETTINGS = {"maxTokens": 2, "maxPromptTokens": 64, "maxLatencyMs": 0, "proposer": "suffix",
             "k": "auto", "enabled": True, "telemetry": True}

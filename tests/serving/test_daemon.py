@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
+from harness.daemon import start_daemon
 from tests.conftest import make_repo, on_remote_target
-from tests.daemon_helpers import start_daemon
 
 PATTERN = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    return 3\n\n"
 
@@ -405,7 +405,7 @@ async def test_lsp_runs_on_the_daemon(daemon, tmp_path, target):
     """`assistd lsp` with a daemon running pipes the editor to the language server the
     daemon hosts: two editors at once, one Target and history, each its own session and
     buffers; a session (and its buffers in the shared index) ends with its connection."""
-    from tests.lsp_helpers import inline, lsp_session, open_doc, stats
+    from harness.lsp import inline, lsp_session, open_doc, stats
 
     before = daemon.status()["requests"]["lsp"]
     env = {"ASSISTD_SOCKET": str(daemon.socket)}
@@ -530,7 +530,7 @@ async def test_sigterm_with_an_editor_session_open_ends_it_cleanly(tmp_path):
     """The daemon stops while `assistd lsp` is connected: exit 0 within seconds, the
     session closed on the scheduler before it stopped (no failed session in the log),
     and the editor's server process ends (its connection closed)."""
-    from tests.lsp_helpers import inline, lsp_session, open_doc
+    from harness.lsp import inline, lsp_session, open_doc
 
     repo = make_repo(tmp_path / "repo", {"pattern.py": PATTERN * 4})
     d = start_daemon(tmp_path, "--repo", str(repo))

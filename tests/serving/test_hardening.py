@@ -24,8 +24,9 @@ import pytest
 
 from assistd.serving.config import Config
 from assistd.serving.daemon import FD_RESERVE, FDS_PER_EDITOR, WatcherThread
+from harness.daemon import start_daemon
 from tests.conftest import on_remote_target
-from tests.daemon_helpers import start_daemon, wait_closed, wait_for
+from tests.daemon_helpers import wait_closed, wait_for
 
 HEADER_TIMEOUT_MS = 1500
 REPEAT_WINDOW_MS = 2000

@@ -21,7 +21,8 @@ import time
 import pytest
 
 from assistd.serving.lsp_host import _frame, lsp_socket_for, read_message
-from tests.daemon_helpers import open_fds, start_daemon, wait_closed, wait_for
+from harness.daemon import start_daemon
+from tests.daemon_helpers import open_fds, wait_closed, wait_for
 
 INIT_MS = 3000  # the deadline for initialize (the default is 30 s)
 CAP = 6  # max_editor_sessions (the default is 64)
@@ -100,7 +101,7 @@ async def test_200_silent_connections_neither_lock_out_an_editor_nor_stay_open(d
     cap, the rest are closed at the deadline, the daemon's descriptors stay bounded, and
     a real editor (pytest-lsp through `assistd lsp`) is served meanwhile and afterwards,
     past the deadline."""
-    from tests.lsp_helpers import inline, lsp_session, open_doc, stats
+    from harness.lsp import inline, lsp_session, open_doc, stats
 
     before = _editors(daemon)
     base_fds = open_fds(daemon.proc.pid)

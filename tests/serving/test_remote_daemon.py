@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from assistd.targets.open import default_model_path
+from harness.daemon import start_daemon
 from tests.conftest import make_repo
-from tests.daemon_helpers import start_daemon, wait_for
+from tests.daemon_helpers import wait_for
 from tests.remote_helpers import PROMPT, reset_cache, server_completion
 from tests.targets.test_remote import FaultServer
 
@@ -70,7 +71,7 @@ def test_status_shows_the_remote_target(remote_daemon):
 async def test_lsp_completion_through_the_daemon(remote_daemon):
     """An editor through the daemon on a remote Target gets an inline completion and the daemon
     counts the LSP request."""
-    from tests.lsp_helpers import inline, lsp_session, open_doc
+    from harness.lsp import inline, lsp_session, open_doc
 
     env = {"ASSISTD_SOCKET": str(remote_daemon.socket)}
     async with lsp_session(remote_daemon.db, env=env) as (client, _):

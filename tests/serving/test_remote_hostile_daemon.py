@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from tests.daemon_helpers import start_daemon, wait_for
+from harness.daemon import start_daemon
+from tests.daemon_helpers import wait_for
 from tests.targets.test_remote_hostile import (DONE, ESC, KEY, HostileServer, chunk,
                                                fragments)
 

@@ -77,8 +77,8 @@ def test_a_model_that_adds_bos_gets_it_once(llama_cpp_server, gemma_path, tmp_pa
     llama-server adds none of its own to an id prompt: the completion is the one the
     server gives for the same text (which it tokenizes with its BOS)."""
     from tests import llama_server
-    from tests.daemon_helpers import free_port
-    from tests.remote_helpers import stop_llama_server
+    from harness.ports import free_port
+    from harness.openai_server import stop_llama_server
 
     proc = llama_server.start(port := free_port(), gemma_path, tmp_path / "gemma.log")
     url = f"http://127.0.0.1:{port}"
@@ -100,8 +100,8 @@ def test_its_context_window_is_read_and_prompts_fit_it(llama_cpp_server, tmp_pat
     ``meta.n_ctx`` is taken, so a long file's prompt is budgeted to fit (before, each
     request failed with the server's 400, "exceeds the available context size")."""
     from tests import llama_server
-    from tests.daemon_helpers import free_port
-    from tests.remote_helpers import stop_llama_server
+    from harness.ports import free_port
+    from harness.openai_server import stop_llama_server
 
     proc = llama_server.start(port := free_port(), default_model_path(), tmp_path / "s.log",
                               n_ctx=1024)

@@ -21,7 +21,7 @@ from assistd.ground.errors import InputError
 from assistd.runtime.runtime import Runtime
 from assistd.targets.open import default_model_path, open_target
 from assistd.targets.remote import RemoteTarget, RemoteTargetError, read_key
-from tests.daemon_helpers import free_port
+from harness.ports import free_port
 from tests.remote_helpers import GREEDY, PROMPT, reset_cache, server_completion  # noqa: F401
 
 # The server, its fixture (tests/conftest.py) and what it answers: tests/remote_helpers.py.

@@ -22,8 +22,8 @@ from assistd.targets.open import default_model_path
 from assistd.targets.remote import FIM_FAMILIES, RemoteTarget
 from editors.completer import Completer, Request
 from editors.settings import Settings
+from harness.ports import free_port
 from tests.conftest import make_repo
-from tests.daemon_helpers import free_port
 
 SECRET = "sk-live-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
 DOC = ("from shapes import make_polygon\n\n\n"
@@ -311,7 +311,7 @@ def test_the_history_is_not_sent_to_the_servers_tokenizer(proxy, tmp_path):
     watcher then stays off (it would send every repository file and agent transcript
     there, to no use: nothing drafts against a remote Target), and an editor's other
     open buffers are not tokenized for the live history either."""
-    from tests.daemon_helpers import start_daemon
+    from harness.daemon import start_daemon
 
     repo = make_repo(tmp_path / "repo", {"shapes.py": SHAPES, "geometry.py": DOC})
     d = start_daemon(tmp_path / "d", "--backend", "openai", "--target-url", proxy.url,
