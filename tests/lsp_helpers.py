@@ -7,10 +7,6 @@ import asyncio
 import json
 import socket
 
-from harness.lsp import (  # noqa: F401 - moved; tests still import them here
-    LSP_ARGS, inline, inline_item, inline_params, insert, lsp_session, open_doc, stats,
-)
-
 
 # -- raw JSON-RPC over a socket (where a test needs the bytes, not a client) ----------
 

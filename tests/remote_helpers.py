@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import httpx
 
-# Moved to the harness (the benchmarks start the server too); tests still import them here.
-from harness.openai_server import start_llama_server, stop_llama_server  # noqa: F401
-
 PROMPT = "def fibonacci(n):\n    "
 # The server's defaults are not greedy decoding (top_k 40, min_p 0.05, repeat 1.1).
 GREEDY = {"temperature": 0.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
