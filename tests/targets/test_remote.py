@@ -1,4 +1,4 @@
-"""The remote Target (assistd/targets/remote.py) against a real llama-cpp-python server
+"""The remote Target (assistd/targets/remote/) against a real llama-cpp-python server
 on loopback, serving the embedded model; faults the real server cannot produce (HTTP
 500, 429, a dropped stream, a redirect, silence) come from :class:`FaultServer`."""
 

@@ -1,4 +1,4 @@
-"""What a remote Target's prompts carry off the machine (assistd/targets/remote.py,
+"""What a remote Target's prompts carry off the machine (assistd/targets/remote/prompts.py,
 editors/completer.py): cross-file snippets pass the secret filter, ``target_context =
 "file"`` keeps them local, and the FIM layout comes from the tokenizer or the setting.
 
