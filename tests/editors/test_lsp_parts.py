@@ -19,6 +19,7 @@ from assistd.runtime.runtime import Runtime, open_store
 from editors.completer import Completer, Request
 from editors.settings import Settings, parse_settings
 from storage.retention import forget
+from harness.ports import free_port
 from storage.suggestions import Served, SuggestionStore
 from tests.conftest import make_repo
 from tests.lsp_helpers import rpc
@@ -219,17 +220,11 @@ def test_cancelled_request_stops_before_generating(completer, tmp_path):
 # -- transport and CLI --------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_tcp_transport_answers_initialize(tmp_path):
     """`assistd lsp --tcp` writes its token file mode 600, answers initialize with the token
     (utf-16 positions, inline completion, the two commands), and answers params that do not
     deserialize with -32602."""
-    port = _free_port()
+    port = free_port()
     token_file = tmp_path / "token"  # created 0600 by the server; editors send its token
     proc = subprocess.Popen([sys.executable, "-m", "assistd", "lsp", "--no-daemon", "--tcp",
                              f"127.0.0.1:{port}", "--token-file", str(token_file)],
