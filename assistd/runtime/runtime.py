@@ -8,8 +8,9 @@ offers what a front end needs and nothing about how that front end talks:
   repository root), indexed on first use;
 - :meth:`Runtime.prompt`: text before a cursor -> prompt token ids within a budget;
 - :meth:`Runtime.plan`: proposer name + draft ceiling ``k`` -> a :class:`Plan`;
-- :meth:`Runtime.run`: one speculative generation (:func:`assistd.decoding.engine.generate`)
-  whose ledger goes to the tuner;
+- :meth:`Runtime.run`: one generation by the Runtime's decoder, chosen once for its
+  Target (:mod:`assistd.runtime.decoders`): speculative decoding here, whose ledger goes
+  to the tuner, or a remote Target's server;
 - :meth:`Runtime.stats`, :meth:`Runtime.close`.
 
 The CLI's in-process ``complete``, the daemon (:mod:`assistd.serving.service`), the LSP
@@ -26,27 +27,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from assistd.decoding.engine import Generation, generate
-from assistd.decoding.tuner import K_MAX, Tuner, env_seed
-from assistd.ground.errors import InputError, ModelError
+from assistd.decoding.engine import Generation
+from assistd.decoding.tuner import Tuner, env_seed
+from assistd.ground.errors import InputError
 from assistd.ground.options import parse_k
 from assistd.ground.paths import is_dir, user_path
 from assistd.ground.sampling import GREEDY, SamplingParams
+from assistd.runtime.decoders import (REMOTE, Plan, check_proposer, decoder_for,  # noqa: F401
+                                      proposer_options, served_proposers)  # (imported from here)
 from assistd.runtime.sequences import SequencePool
 from assistd.targets.base import Target
 from assistd.targets.open import open_target
 from assistd.targets.spec import DEFAULT_N_CTX, TargetSpec, from_options
-from proposers import available, make_proposer
-from proposers.base import Proposer
 from proposers.index import HistoryIndex
 from storage.indexer import IndexReport, find_repository_root, index_repository, is_repository
 from storage.ledger_store import LedgerStore
 from storage.store import HistoryStore, default_db_path
 from storage.suggestions import SuggestionStore
-
-# The plan of every generation on a remote Target: the server decodes (its own
-# speculation, or none), so the proposer asked for is not used.
-REMOTE = "remote"
 
 # mark_used is a write: at most once a minute per scope, not on every keystroke.
 MARK_USED_EVERY_S = 60.0
@@ -75,30 +72,6 @@ def open_store(db: Path | None, *, create: bool = True) -> HistoryStore:
 
 
 @dataclass
-class Plan:
-    """How one generation drafts.
-
-    proposer:  the registered proposer's name, or ``"none"`` (plain decoding).
-    draft:     the proposer object (None for plain decoding).
-    k:         the ceiling as asked: tokens, or ``"auto"`` (0 when plain).
-    k_run:     the per-round ceiling handed to the engine (tokens; K_MAX under "auto").
-    ceiling:   with ``"auto"``, the tuner's per-round policy for ``language``.
-    language:  the LSP language id the ledger rows are kept under.
-    """
-
-    proposer: str
-    draft: Proposer | None
-    k: int | str
-    k_run: int
-    ceiling: Callable[[], int] | None
-    language: str
-
-    @property
-    def speculative(self) -> bool:
-        return self.draft is not None
-
-
-@dataclass
 class Scope:
     """A resolved history scope: its root (None: no history) and the index report of
     the scan that brought it up to date now (None when nothing was scanned)."""
@@ -121,13 +94,14 @@ class Runtime:
                  tuner: Tuner | None = None, index: HistoryIndex | None = None,
                  seed: int | None = None, max_bytes: int | None = None):
         self.target, self.store = target, store
-        self.remote = getattr(target, "remote", False)  # a server decodes: no local t(n)
-        self.tuner = tuner or Tuner.open(LedgerStore(store), target, calibrate=not self.remote,
+        kind = decoder_for(target)  # chosen once: here, or a remote Target's server
+        self.tuner = tuner or Tuner.open(LedgerStore(store), target, calibrate=kind.calibrates,
                                          seed=seed if seed is not None else env_seed())
         self.index = index if index is not None else HistoryIndex(width=index_width(target))
         self.suggestions = SuggestionStore(store) if store is not None else None
         self.sequences = SequencePool(target)
-        self.tokens_generated = 0  # by every front end, for status
+        self.decoder = kind(target, self.tuner, self.index, self.sequences)
+        self.remote = self.decoder.remote  # (front ends show the server's k, not a plan's)
         self.max_bytes = max_bytes
         self._scopes: dict[str, bool] = {}  # scope root -> usable (history may draft)
         self._used: dict[str, float] = {}  # scope -> monotonic time mark_used last wrote
@@ -169,6 +143,12 @@ class Runtime:
             if own:
                 store.close()
             raise
+
+    @property
+    def tokens_generated(self) -> int:
+        """Tokens generated by every front end, for status (a remote Target's: the
+        server's count)."""
+        return self.decoder.tokens_generated
 
     def close(self) -> None:
         """Release the Target and the store (every ledger row is committed already)."""
@@ -212,8 +192,7 @@ class Runtime:
             raise InputError(f"{str(path)[:80]!r} is not a usable path: {e}") from None
         scope = str(root)
         known = is_repository(root) or self.store.has_scope(scope)
-        if self.remote:
-            index = False  # nothing drafts against a remote Target (docs/design.md, "Remote Target")
+        index = index and self.decoder.drafts  # (a remote Target: nothing drafts, docs/design.md)
         if not index:
             return Scope(scope if known else None)
         report = None
@@ -275,91 +254,34 @@ class Runtime:
         """
         k = parse_k(k)
         if proposer == "none" or k == 0:
-            return Plan("none", None, 0, 0, None, language)
-        if self.remote:  # the server decodes: nothing drafts here, whatever was asked
-            if proposer not in available():  # but a name nothing knows is the caller's error
-                check_proposer(proposer)  # (InputError naming the known ones)
-            return Plan(REMOTE, None, 0, 0, None, language)
-        options = proposer_options(proposer, self.index if history else None,
-                                   self.tuner.cost_model(), self.target)
-        if proposer == "draft_model":
-            from proposers.draft_model import draft_numerics, open_draft
-
-            if draft_model is None:
-                raise InputError("--proposer draft_model needs --draft-model PATH (a GGUF of a"
-                                 " smaller model with the Target's tokenizer)")
-            try:
-                options["draft"] = open_draft(draft_model, n_ctx=self.target.n_ctx,
-                                              numerics=draft_numerics(self.target))
-            except ModelError as e:
-                raise ModelError(f"--draft-model {draft_model}: {str(e).split(';')[0]}; pass a"
-                                 " GGUF of a small model with the Target's tokenizer") from None
-        try:
-            draft = make_proposer(proposer, **options)
-        except KeyError as e:
-            raise InputError(str(e).strip('"')) from None
-        if k == "auto":
-            return Plan(proposer, draft, "auto", K_MAX, self.tuner.policy(proposer, language),
-                        language)
-        return Plan(proposer, draft, k, k, None, language)
+            return Plan.plain(language)
+        return self.decoder.plan(proposer, k, language, history=history, draft_model=draft_model)
 
     def run(self, prompt: list[int], plan: Plan, *, scope: str | None = None,
             max_tokens: int = 64, sampling: SamplingParams = GREEDY,
             stop: tuple[str, ...] = (), stop_at=None, cancelled=None,
             between_rounds=None, record: bool = True, owner: str = "local") -> Generation:
-        """One generation after ``prompt`` (token ids) as ``plan`` says; its counters go
-        to the ledger (one transaction) and its verify times to the cost model.
+        """One generation after ``prompt`` (token ids) as ``plan`` says, by the
+        Runtime's decoder (:mod:`assistd.runtime.decoders`). Here its counters go to the
+        ledger (one transaction) and its verify times to the cost model; on a remote
+        Target the server decodes and nothing is recorded.
 
         The generation runs on the KV sequence :class:`SequencePool` picks for
         ``prompt`` (``owner`` labels it in status). ``scope``: the history scope the
-        ledger row belongs to. ``stop_at``,
-        ``cancelled`` and ``between_rounds`` go to :func:`generate` (streaming and
-        latency budgets, cancellation, the daemon's preemption). ``record`` False keeps
-        the generation out of the tuner (a benchmark's plain baseline). Raises
-        :class:`InputError` when the prompt does not fit the context window.
+        ledger row belongs to. ``stop_at``, ``cancelled`` and ``between_rounds`` go to
+        :func:`assistd.decoding.engine.generate` (streaming and latency budgets,
+        cancellation, the daemon's preemption). ``record`` False keeps the generation
+        out of the tuner (a benchmark's plain baseline). Raises :class:`InputError` when
+        the prompt does not fit the context window.
         """
-        t = self.target
-        if self.remote:  # the server decodes; no tuner record (it measured nothing here)
-            r = t.complete(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
-                           stop_at=stop_at, cancelled=cancelled, between_rounds=between_rounds)
-            self.tokens_generated += r.ledger.committed_tokens
-            return Generation(tokens=r.tokens, text=r.text, stop_reason=r.stop_reason,
-                              ledger=r.ledger, speculation_off=t.speculation_off)
-        if len(prompt) + 1 >= t.n_ctx:
-            raise InputError(f"the prompt is {len(prompt)} tokens; the context window is"
-                             f" {t.n_ctx}")
-        seq = self.sequences.choose(prompt, owner)
-        t.use_sequence(seq)
-        ceiling = plan.ceiling
-        if plan.k == "auto" and ceiling is not None:  # the tuner's choice at this context
-            ceiling = self.tuner.policy(plan.proposer, plan.language, context=len(prompt))
-
-        def hook() -> bool:
-            ran = between_rounds()
-            # Other requests ran on the Target meanwhile: back to this sequence (the
-            # engine then re-evaluates whatever of its context is gone).
-            t.use_sequence(seq)
-            return ran
-
-        with self.sequences.pinned(seq):
-            gen = generate(t, prompt, plan.draft,
-                           # Not cut to the room left: where the context ends the
-                           # engine stops with stop_reason "n_ctx", not "max_tokens".
-                           max_tokens=min(max_tokens, t.n_ctx),
-                           k=plan.k_run, sampling=sampling, stop=stop, scope=scope,
-                           language=plan.language, ceiling=ceiling, stop_at=stop_at,
-                           cancelled=cancelled,
-                           between_rounds=hook if between_rounds is not None else None)
-        if record:
-            self.tuner.record(scope, plan.language, plan.proposer, gen.ledger)
-        self.tokens_generated += len(gen.tokens)
-        return gen
+        return self.decoder.run(prompt, plan, scope=scope, max_tokens=max_tokens,
+                                sampling=sampling, stop=stop, stop_at=stop_at,
+                                cancelled=cancelled, between_rounds=between_rounds,
+                                record=record, owner=owner)
 
     def estimate(self, plan: Plan) -> dict | None:
         """With ``k="auto"``: the tuner's estimate behind its choice, as JSON."""
-        if plan.k != "auto" or not plan.speculative or self.remote:
-            return None  # (a remote Target: nothing measured here to estimate from)
-        return self.tuner.estimate(plan.proposer, plan.language).as_dict()
+        return self.decoder.estimate(plan)  # (None on a remote Target: nothing measured here)
 
     # -- reports -------------------------------------------------------------------------
 
@@ -376,43 +298,3 @@ def store_stats(store: HistoryStore, scope: str | None = None) -> dict:
 
     return {"ledger": stats_report(LedgerStore(store), scope=scope),
             "user_acceptance": SuggestionStore(store).summary()}
-
-
-def served_proposers() -> list[str]:
-    """The proposer names a setting may give (CLI, TOML config, LSP settings, API
-    options): ``"none"`` and every registered proposer but ``draft_model``, which needs
-    a model file of its own (``assistd complete --draft-model``)."""
-    return ["none"] + [p for p in available() if p != "draft_model"]
-
-
-def check_proposer(name: str, *, what: str = "proposer") -> str:
-    """``name`` if :func:`served_proposers` has it; else :class:`InputError` naming them."""
-    known = served_proposers()
-    if name not in known:
-        raise InputError(f"{what} must be one of {', '.join(known)}, not {name!r}")
-    return name
-
-
-def proposer_options(name: str, history, cost, target: Target | None = None, *,
-                     tree: bool = False, max_nodes: int = 64) -> dict:
-    """Constructor options of proposer ``name``: the ones a completion and ``replay``
-    both use, so that a replay measures what a completion runs.
-
-    ``history`` (a :class:`proposers.index.HistoryIndex`), ``cost`` (the Target's
-    :class:`assistd.ground.costmodel.CostModel`, or None) and ``target`` are offered to
-    every proposer (each takes what its constructor names). ngram also gets alpha=0.5: a
-    match of m tokens drafts at most ceil(m/2), because on llama.cpp on a CPU verifying
-    k tokens costs ~k/2 plain steps and long drafts on weak matches lose time
-    (benchmarks/copy_heavy.py: k=8 without the cap ran at 0.69-0.80x plain). With
-    ``k="auto"`` the tuner then caps every draft per language (``assistd.decoding.tuner``).
-    ``tree``: the proposer's token-tree mode (only for one whose constructor takes
-    ``tree``: suffix, peer:suffixdecoding), at most ``max_nodes`` nodes a round and the
-    Target's ``tree_leaves`` branches (any without a Target).
-    """
-    options = {"history": history, "target": target, "cost": cost}
-    if name == "ngram":
-        options["alpha"] = 0.5
-    if tree:
-        options.update(tree=True, max_nodes=max_nodes,
-                       max_leaves=None if target is None else target.tree_leaves)
-    return options
