@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.texts import COPY_HEAVY
 from tests.conftest import make_repo, on_remote_target
-from tests.decoding.test_engine import COPY_HEAVY
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,6 @@ and one-token evaluation is exact numerics' promise."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,8 @@ import pytest
 
 from assistd.decoding.engine import generate
 from assistd.decoding.verify import NEAR_TIE_GAP
+from assistd.ground.numerics import first_difference
+from harness.texts import COPY_HEAVY
 from proposers.base import Draft, Proposer
 from proposers.index import HistoryIndex
 from proposers.ngram import NgramProposer
@@ -53,24 +54,17 @@ def repo_history(target, tmp_path_factory):
     return index
 
 
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None
-
-
 def assert_same_up_to_near_tie(name: str, plain, spec) -> None:
     """Speculative tokens equal plain greedy's, or first differ where plain's top-2 gap
     (``plain`` ran with ``trace=True``) is below NEAR_TIE; prints which, and the gap."""
-    i = first_divergence(plain.tokens, spec.tokens)
+    i = first_difference(plain.tokens, spec.tokens)
     led = spec.ledger
     if i is None:
         assert spec.tokens == plain.tokens
         print(f"{name}: identical ({len(plain.tokens)} tokens), rounds={led.rounds} "
               f"accepted={led.accepted_tokens}/{led.draft_tokens}")
     else:
-        gap = plain.top2_gaps[i]
+        gap = plain.top2_gaps[i] if i < len(plain.top2_gaps) else float("inf")  # plain stopped first
         print(f"{name}: first divergence at token {i}, plain top-2 logit gap {gap:.4f}")
         assert gap < NEAR_TIE, f"divergence at {i} with top-2 gap {gap} >= {NEAR_TIE}"
 
@@ -127,24 +121,6 @@ def test_kv_rollback_after_rejected_round_is_exact(target):
     assert (after.argmax(axis=1) == fresh.argmax(axis=1)).all()
 
 
-COPY_HEAVY = textwrap.dedent('''\
-    def load_users(path):
-        with open(path, encoding="utf-8") as f:
-            rows = [line.rstrip("\\n").split(",") for line in f]
-        return [{"name": r[0], "email": r[1], "age": int(r[2])} for r in rows]
-
-
-    def load_orders(path):
-        with open(path, encoding="utf-8") as f:
-            rows = [line.rstrip("\\n").split(",") for line in f]
-        return [{"name": r[0], "email": r[1], "age": int(r[2])} for r in rows]
-
-
-    def load_items(path):
-        with open(path, encoding="utf-8") as f:
-    ''')
-
-
 def test_copy_heavy_prompt_gets_accepted_drafts(target):
     """Text that repeats its own context: coverage > 0 and mean acceptance length > 1."""
     ids = target.tokenize(COPY_HEAVY)
@@ -185,7 +161,7 @@ def test_eos_inside_accepted_block_ends_output_there(target):
     assert plain.stop_reason == "eos" and plain.tokens[-1] in target.eos_token_ids
     junk = target.tokenize(" x")[0]
     spec = generate(target, ids, OracleProposer(len(ids), plain.tokens, junk), max_tokens=40, k=16)
-    i = first_divergence(plain.tokens, spec.tokens)
+    i = first_difference(plain.tokens, spec.tokens)
     if i is not None:  # batched numerics may flip a near-tie (docs/design.md, 'Exactness')
         print(f"first divergence at {i}, plain top-2 gap {plain.top2_gaps[i]:.4f}")
         assert plain.top2_gaps[i] < NEAR_TIE

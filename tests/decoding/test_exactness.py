@@ -31,7 +31,9 @@ import pytest
 from assistd.runtime.chat import chat_prompt_ids
 from assistd.decoding.engine import generate
 from assistd.ground.errors import InputError
-from assistd.ground.numerics import BATCH_PROMISE, DEFAULT_NUMERICS, EXACT_PROMISE, PROMISES
+from assistd.ground.numerics import (
+    BATCH_PROMISE, DEFAULT_NUMERICS, EXACT_PROMISE, PROMISES, first_difference,
+)
 from assistd.ground.sampling import SamplingParams, target_distribution
 from assistd.targets.open import default_model_path, open_target
 from assistd.targets.llama import LlamaTarget
@@ -92,13 +94,6 @@ def history_for(target) -> HistoryIndex:
     for i, path in enumerate(files):
         index.put("repo", i + 1, target.tokenize(path.read_text(encoding="utf-8")), path.name)
     return index
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def check_same(label: str, reference, got) -> None:

@@ -17,11 +17,11 @@ import pytest
 
 from assistd.decoding.engine import generate
 from assistd.decoding.verify import NEAR_TIE_GAP
-from assistd.ground.numerics import EXACT_PROMISE
+from assistd.ground.numerics import EXACT_PROMISE, first_difference
 from assistd.ground.sampling import SamplingParams, target_distribution
 from proposers.base import Draft, Proposer
 from proposers.suffix import SuffixProposer
-from tests.decoding.test_exactness import first_difference, history_for, text_prompts
+from tests.decoding.test_exactness import history_for, text_prompts
 from tests.ground.test_sampling import ALPHA
 from tests.targets.test_tree_eval import torch_target, tree_llama  # noqa: F401 (fixtures)
 

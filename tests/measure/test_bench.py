@@ -522,7 +522,7 @@ def test_a_tuned_arm_drafts_priced_by_the_t_n_its_loop_measured(target):
     from assistd.decoding.tuner import Tuner, target_key
     from assistd.runtime.runtime import Runtime
     from proposers.index import HistoryIndex
-    from tests.decoding.test_engine import COPY_HEAVY
+    from harness.texts import COPY_HEAVY
 
     seed = CostModel.brief()
     tuner = Tuner(None, target_key(target), seed)

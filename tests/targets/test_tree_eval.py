@@ -20,7 +20,7 @@ import pytest
 
 from assistd.decoding.engine import generate
 from assistd.decoding.verify import NEAR_TIE_GAP, greedy_accept_tree, top2_gap
-from assistd.ground.numerics import EXACT_PROMISE
+from assistd.ground.numerics import EXACT_PROMISE, first_difference
 from assistd.targets.base import TokenTree
 from assistd.targets.llama import LlamaTarget
 from assistd.targets.open import default_model_path
@@ -254,7 +254,7 @@ def test_tree_rounds_commit_plain_greedy_tokens(any_target, rel):
         return realistic_tree(context[-1], cont, rng, t.n_vocab, wrong_first=bool(rng.random() < 0.5))
 
     got, rounds = tree_decode(t, ids, len(ref), oracle)
-    i = next((k for k, (a, b) in enumerate(zip(ref, got)) if a != b), None)
+    i = first_difference(ref, got)
     print(f"{t.backend} {rel}: {len(ref)} tokens in {rounds} tree rounds, "
           + ("identical" if i is None else f"first difference at {i}, plain top-2 gap {plain.top2_gaps[i]}"))
     if i is not None:
@@ -432,5 +432,5 @@ def test_gemma_rows_and_cache_past_the_sliding_window(gemma_tree_targets):
         got, _ = tree_decode(t, ids, len(plain.tokens), lambda c: realistic_tree(
             c[-1], plain.tokens[len(c) - len(ids):len(c) - len(ids) + 4], rng, t.n_vocab,
             wrong_first=True))
-        i = next((k for k, (a, b) in enumerate(zip(plain.tokens, got)) if a != b), None)
+        i = first_difference(plain.tokens, got)
         assert i is None or (not exact(t) and plain.top2_gaps[i] < NEAR_TIE_GAP), (t.backend, i)
