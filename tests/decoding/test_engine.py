@@ -154,8 +154,11 @@ def chat_prompt(target, user: str) -> list[int]:
             + target.tokenize("assistant\n"))
 
 
+@pytest.mark.exact_numerics
 def test_eos_inside_accepted_block_ends_output_there(target):
-    """An EOS accepted mid-draft ends the output there; the junk drafted after it never lands."""
+    """An EOS accepted mid-draft ends the output there; the junk drafted after it never lands.
+    Replaying that output as the draft commits it again token for token (exact numerics:
+    the session ``target`` pins them, so batched and one-token evaluation agree to the bit)."""
     ids = chat_prompt(target, "Reply with just the word: hello")
     plain = generate(target, ids, None, max_tokens=40, trace=True)
     assert plain.stop_reason == "eos" and plain.tokens[-1] in target.eos_token_ids
@@ -178,7 +181,11 @@ def test_eos_inside_accepted_block_ends_output_there(target):
     assert "<|im_end|>" not in again.text
 
 
+@pytest.mark.exact_numerics
 def test_max_tokens_is_exact_and_drafts_are_cut_to_fit(target):
+    """max_tokens 1, 5 and 9 with an oracle drafting 8: exactly m tokens, plain greedy's first
+    m, never more than m - 1 draft tokens. Exact numerics (the session ``target`` pins them):
+    batched and one-token evaluation agree to the bit."""
     ids = target.tokenize(COPY_HEAVY)
     plain = generate(target, ids, None, max_tokens=30)
     oracle = OracleProposer(len(ids), plain.tokens, junk=5)
@@ -208,11 +215,13 @@ def test_drafts_stay_inside_context_window():
         small.close()
 
 
+@pytest.mark.exact_numerics
 def test_batches_of_eight_do_not_move_the_top2_gap(target):
     """With exact numerics batched evaluation leaves every top-2 gap where one-token
     decoding puts it (64 positions in batches of 8). With llama.cpp's default kernels
     (``numerics="llama"``) logits moved by up to ~1.2 and the gap by 0.32-0.37 here,
-    which is why the near-tie bound once had to be 0.75."""
+    which is why the near-tie bound once had to be 0.75. The session ``target`` pins
+    ``numerics="exact"``."""
     text = prompt_from(REPO / "storage/store.py", 60)
     ids = target.tokenize(text)
     cut = len(ids) - 64
@@ -230,8 +239,11 @@ def test_batches_of_eight_do_not_move_the_top2_gap(target):
     assert shift == 0.0 and np.array_equal(seq, bat)
 
 
+@pytest.mark.exact_numerics
 def test_stop_string_inside_accepted_block_ends_output_there(target):
-    """A stop string completed mid-draft ends the output at the token that completed it."""
+    """A stop string completed mid-draft ends the output at the token that completed it. Plainly
+    and with oracle drafts, the tokens are plain greedy's. Exact numerics (the session
+    ``target`` pins them): batched and one-token evaluation agree to the bit."""
     ids = target.tokenize(COPY_HEAVY)
     plain = generate(target, ids, None, max_tokens=40)
     # A stop string the Target will produce: the text of two tokens from the middle.
@@ -282,6 +294,8 @@ def test_prefix_reuse_evaluates_only_new_tokens_and_matches_fresh_logits(target)
 
 
 def test_failed_evaluate_leaves_the_cache_as_it_was(target):
+    """An evaluate past n_ctx raises ValueError ('exceeds n_ctx') and leaves the KV cache's
+    tokens and n_past as they were."""
     ids = target.tokenize("x = 1\n")
     target.truncate(0)
     target.evaluate(ids, [])
@@ -322,6 +336,8 @@ def test_stop_string_made_of_multi_token_characters_is_found(target):
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 3, 4, 5, 6])
 def test_completion_cut_mid_character_holds_back_the_partial_bytes(target, max_tokens):
+    """A Japanese comment cut after 1 to 6 tokens never ends its text in U+FFFD: the bytes of a
+    character not yet complete are held back."""
     ids = target.tokenize("# 日本語のコメント：この関数は")
     g = generate(target, ids, None, max_tokens=max_tokens)
     assert g.stop_reason == "max_tokens" and not g.text.endswith("\ufffd")
@@ -338,10 +354,12 @@ def test_tokenize_matches_llama_cpp_python_beyond_the_training_context(target):
     assert len(target.tokenize(long_text)) > 8192
 
 
+@pytest.mark.exact_numerics
 def test_prefill_is_preemptible_in_chunks_and_the_output_unchanged(target):
     """With ``between_rounds`` the prompt is prefilled PREFILL_CHUNK tokens at a time with
     the hook between chunks; other work that evicts the KV cache there is repaired, and
-    the output equals an uninterrupted generation's token for token."""
+    the output equals an uninterrupted generation's token for token. Chunked and one-batch
+    prefills agree because the session ``target`` pins ``numerics="exact"``."""
     from assistd.decoding.engine import PREFILL_CHUNK
 
     prompt = [target.bos_token_id] + target.tokenize(

@@ -90,9 +90,10 @@ class RejectAll(Proposer):
 def history_for(target) -> HistoryIndex:
     """This repository's Python sources as one history scope (the drafts' source)."""
     index = HistoryIndex(width=2 if target.n_vocab < 65535 else 4)
-    files = sorted((REPO / "assistd").glob("*.py")) + sorted((REPO / "proposers").glob("*.py"))
+    files = sorted((REPO / "assistd").rglob("*.py")) + sorted((REPO / "proposers").rglob("*.py"))
     for i, path in enumerate(files):
-        index.put("repo", i + 1, target.tokenize(path.read_text(encoding="utf-8")), path.name)
+        index.put("repo", i + 1, target.tokenize(path.read_text(encoding="utf-8")),
+                  path.relative_to(REPO).as_posix())
     return index
 
 
@@ -108,10 +109,12 @@ def check_same(label: str, reference, got) -> None:
                     "exact numerics make batched and one-token logits bit-identical")
 
 
+@pytest.mark.exact_numerics
 def test_batched_evaluation_is_bit_identical_to_one_token(llama):
     """Batches of 2-17 tokens, a prefill, and a cache left by a batch give the very
     logits of one-token decoding, with the cache past 512 cells (where ggml splits a
-    single query's attention over threads)."""
+    single query's attention over threads). Both Targets pin ``numerics="exact"``: bit-identity
+    is their promise."""
     t = llama
     ids = with_bos(t, t.tokenize((STDLIB / "textwrap.py").read_text(encoding="utf-8")))[:640]
     base = 600
@@ -128,11 +131,13 @@ def test_batched_evaluation_is_bit_identical_to_one_token(llama):
     assert np.array_equal(t.evaluate(ids[:base + 20], range(base, base + 20)), one), "prefill"
 
 
+@pytest.mark.exact_numerics
 def test_speculative_equals_plain_across_requests(llama):
     """The bench's pattern in one process: three prompts, each decoded plainly afresh
     (the reference), then plain, suffix, ngram and always-rejected drafts in turn with
     the cache kept across requests (prefix reuse), and plain again: every one commits
-    the reference's tokens. Plain decoding reproduces itself across requests."""
+    the reference's tokens. Plain decoding reproduces itself across requests. Both Targets pin
+    ``numerics="exact"``: token-for-token equality is their promise."""
     t = llama
     prompts = text_prompts(t)
     history = history_for(t)

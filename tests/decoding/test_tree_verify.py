@@ -27,6 +27,8 @@ def random_tree(rng, n: int, vocab: int = 6) -> TokenTree:
 
 
 def test_a_chain_tree_accepts_as_greedy_accept():
+    """On 500 random chains, greedy_accept_tree accepts the path and bonus token that
+    greedy_accept gives for the same draft and argmax."""
     rng = np.random.default_rng(0)
     for _ in range(500):
         k = int(rng.integers(0, 8))
@@ -38,6 +40,9 @@ def test_a_chain_tree_accepts_as_greedy_accept():
 
 
 def test_random_trees_match_brute_force():
+    """On 1,000 random trees, greedy_accept_tree returns the deepest node whose whole path
+    agrees with the argmax (found by brute force, unique) and that node's argmax as the bonus,
+    which none of its children carries."""
     rng = np.random.default_rng(1)
     for _ in range(1000):
         tree = random_tree(rng, int(rng.integers(1, 20)))
@@ -52,6 +57,9 @@ def test_random_trees_match_brute_force():
 
 
 def test_the_right_child_may_come_second_and_a_leaf_gives_the_bonus():
+    """On a worked tree the accepted path follows whichever child the argmax names, first or
+    second; a fully accepted leaf yields the argmax after it as bonus; a root alone gives its
+    argmax."""
     # root 0 -> {1: 5, 2: 6}; 2 -> {3: 7}; 3 -> {4: 8}
     tree = TokenTree((0, 5, 6, 7, 8), (-1, 0, 0, 2, 3))
     assert greedy_accept_tree(tree, [6, 1, 7, 8, 42]) == ([0, 2, 3, 4], 42)
@@ -61,6 +69,9 @@ def test_the_right_child_may_come_second_and_a_leaf_gives_the_bonus():
 
 
 def test_tree_shape_helpers():
+    """TokenTree's depth, leaves (deepest first), path_to, children, len and check_path on a
+    6-node tree; bad paths and a probs length mismatch raise ValueError; chain() builds parents
+    [-1, 0, 1]."""
     # BFS order: leaves come back depth first.
     tree = TokenTree((0, 1, 2, 3, 4, 5), (-1, 0, 0, 1, 2, 3), probs=(1, .5, .4, .3, .2, .1))
     assert tree.depth == (0, 1, 1, 2, 2, 3)

@@ -71,6 +71,8 @@ LANGUAGES = {
 
 
 def test_the_cases_have_a_clear_optimum():
+    """The simulated languages have a clear best k (json 6, python 2, markdown 0): the
+    runner-up's expected rate is at most 97% of the best's."""
     expected = {"json": 6, "python": 2, "markdown": 0}
     for lang, a in LANGUAGES.items():
         rates = sorted((true_rate(a, k) for k in range(K_MAX + 1)), reverse=True)
@@ -79,6 +81,9 @@ def test_the_cases_have_a_clear_optimum():
 
 
 def test_tuner_converges_to_the_best_k_per_language_including_zero():
+    """Over 200 simulated generations per language the tuner settles on each language's best k,
+    0 included, for the last 50; estimates of a_1 land within 0.05; the mix beats every single
+    global k by over 5%."""
     rng = random.Random(3)
     tuner = Tuner(None, "test-target", COST, seed=5)
     doubles = {lang: FixedAcceptance(a, rng) for lang, a in LANGUAGES.items()}
@@ -119,6 +124,8 @@ def test_k_zero_language_recovers_when_its_acceptance_rises():
 
 
 def test_new_language_starts_from_global_statistics():
+    """A language never seen borrows the global estimates (yaml chooses json's k, 6); with no
+    data at all the ceiling is optimistic (at least 4)."""
     rng = random.Random(1)
     tuner = Tuner(None, "t", COST, seed=1, explore=0)
     double = FixedAcceptance(LANGUAGES["json"], rng)
@@ -152,6 +159,10 @@ def test_estimate_uses_coverage_and_censored_rounds():
 
 
 def test_ledger_counters_under_random_rounds():
+    """Over 3,000 random rounds and plain steps the ledger's raw counters match a brute-force
+    count (drafts, accepted and tried per position, ceiling stops, times), conditional
+    acceptance equals its definition, and counters round-trip through JSON and scale
+    linearly."""
     rng = random.Random(9)
     led = Ledger()
     rounds, tried, stops, calls = [], [0] * 16, [0] * 16, 0
@@ -204,6 +215,9 @@ def _generation(rounds: int, plain: int) -> Ledger:
 
 
 def test_store_survives_restart_and_decays(tmp_path):
+    """Ledger rows and forward times persist across a reopen, per scope and language; one
+    half-life later every counter weighs half with rates unchanged; a tuner opened on the store
+    builds t(n) from the stored times."""
     db = tmp_path / "h.db"
     ls = LedgerStore(HistoryStore(db), half_life_s=100.0)
     gen = _generation(10, 5)
@@ -233,6 +247,8 @@ def test_store_survives_restart_and_decays(tmp_path):
 
 
 def test_row_is_capped_so_new_behaviour_wins(tmp_path):
+    """A ledger row is scaled down to max_steps (100) as generations add up, its rates
+    unchanged, so new behaviour outweighs old."""
     ls = LedgerStore(HistoryStore(tmp_path / "h.db"), max_steps=100)
     for _ in range(10):
         ls.add("s", "json", "suffix", "T", _generation(40, 0), now=0.0)
@@ -242,6 +258,8 @@ def test_row_is_capped_so_new_behaviour_wins(tmp_path):
 
 
 def test_measured_times_are_made_non_decreasing():
+    """A measured t(2) below t(1) (10 vs 12 ms) is raised to t(1): the measured cost model never
+    falls with n."""
     tuner = Tuner(None, "T", CostModel.brief())
     led = Ledger()
     for _ in range(10):
@@ -384,6 +402,10 @@ def test_outlier_forward_times_are_clipped():
 
 
 def test_complete_k_auto_records_the_ledger_and_reports_the_choice(repo, tmp_path):
+    """`complete --k auto` stores its ledger (summed over two runs) and a one-off calibration of
+    t(n) for 1..32 tokens, and reports language, proposer, the tuner's k and speedup by k;
+    --language overrides the file's; bad --k and --language values exit 2 with one message;
+    plain decoding is filed under the repository's scope."""
     import sqlite3
 
     db = tmp_path / "h.db"
@@ -429,6 +451,9 @@ def test_complete_k_auto_records_the_ledger_and_reports_the_choice(repo, tmp_pat
 
 
 def test_damaged_ledger_row_is_skipped_then_replaced(tmp_path):
+    """Ledger rows with broken JSON, a null time or a negative counter, and target_costs rows
+    with bad values, are skipped on read (the tuner still opens) and replaced by the next
+    write."""
     ls = LedgerStore(HistoryStore(tmp_path / "h.db"))
     ls.add("s", "python", "suffix", "T", _generation(10, 0), now=0.0)
     ls.add("s", "json", "suffix", "T", _generation(10, 0), now=0.0)
@@ -456,6 +481,7 @@ def test_damaged_ledger_row_is_skipped_then_replaced(tmp_path):
 
 
 def test_forget_drops_the_scope_ledger_rows(tmp_path):
+    """forget(scope) deletes that scope's ledger rows and leaves other scopes'."""
     from storage.retention import forget
 
     ls = LedgerStore(HistoryStore(tmp_path / "h.db"))
@@ -467,6 +493,8 @@ def test_forget_drops_the_scope_ledger_rows(tmp_path):
 
 
 def test_plot_path_needs_an_extension(tmp_path):
+    """plot_stats refuses a path without an extension (and an empty one) with an InputError that
+    says so."""
     from assistd.ground.errors import InputError
     from assistd.runtime.stats import plot_stats, stats_report
 
@@ -477,6 +505,8 @@ def test_plot_path_needs_an_extension(tmp_path):
 
 
 def test_a_rarely_measured_cost_point_is_shrunk_toward_the_solid_ones():
+    """One slow 6-token forward (60 ms) is shrunk toward the line through the solid points: t(6)
+    = (60 + 5 x 26.7) / 6; t(1) and t(4) stay at their means."""
     tuner = Tuner(None, "T", CostModel.brief())
     led = Ledger()
     for _ in range(50):
@@ -492,6 +522,8 @@ def test_a_rarely_measured_cost_point_is_shrunk_toward_the_solid_ones():
 
 
 def test_seeded_costs_are_outweighed_by_measurements():
+    """Calibrated t(n) seeds the cost model as 3 pseudo-forwards: 27 measured plain steps at 10
+    ms give t(1) = (3 x 20 + 27 x 10) / 30."""
     tuner = Tuner(None, "T", CostModel.brief())
     tuner.seed_costs(CostModel({1: 20.0, 8: 80.0}, source="calibrated"))
     assert tuner.cost_model().t_ms(1) == 20.0
@@ -520,6 +552,9 @@ def _open(tmp_path, name, target, **kw) -> tuple[Tuner, LedgerStore]:
 
 def test_a_new_database_seeds_t_n_from_the_calibration_cache(target, tmp_path, own_cache,
                                                              caplog):
+    """The first database calibrates t(n) and caches it; a second database takes the very same
+    figures from the cache (and says so in the log); a database with times reads neither;
+    use_cache=False calibrates again and leaves the cache file as it was."""
     import logging
 
     from assistd.decoding.tuner import target_key
@@ -553,6 +588,8 @@ def test_a_new_database_seeds_t_n_from_the_calibration_cache(target, tmp_path, o
 @pytest.mark.parametrize("damage", ["{not json", "[]", "nan", "foreign", "decreasing"])
 def test_a_damaged_or_foreign_cache_file_is_refused_with_a_warning(target, own_cache, damage,
                                                                   caplog):
+    """A calibration cache file that is not JSON, not an object, holds NaN, names another
+    machine or has decreasing times is not used, with a warning naming the file."""
     from assistd.decoding import calibration as cal
 
     key = cal.calibration_key(target)
@@ -572,6 +609,8 @@ def test_a_damaged_or_foreign_cache_file_is_refused_with_a_warning(target, own_c
 
 
 def test_a_corrupt_cache_file_is_replaced_by_a_new_calibration(target, tmp_path, own_cache):
+    """A garbage calibration cache file is replaced by a fresh calibration, written atomically
+    (no .tmp left), which the next database reads."""
     from assistd.decoding import calibration as cal
 
     path = cal.cache_file(cal.calibration_key(target))
@@ -586,6 +625,8 @@ def test_a_corrupt_cache_file_is_replaced_by_a_new_calibration(target, tmp_path,
 
 
 def test_another_thread_count_or_numerics_is_another_calibration(target, tmp_path, own_cache):
+    """The calibration cache key includes thread count, numerics, model digest and accelerator:
+    a 1-thread Target is calibrated anew and gets its own file."""
     from assistd.decoding import calibration as cal
     from assistd.targets.llama import LlamaTarget
     from assistd.targets.open import default_model_path
@@ -607,6 +648,8 @@ def test_another_thread_count_or_numerics_is_another_calibration(target, tmp_pat
 
 
 def test_a_busy_machines_fallback_is_reused_for_an_hour_only(target, own_cache):
+    """A calibration marked busy machine is reused only within BUSY_TTL_S; a quiet machine's is
+    kept however old."""
     from assistd.decoding import calibration as cal
 
     key = cal.calibration_key(target)
@@ -620,6 +663,8 @@ def test_a_busy_machines_fallback_is_reused_for_an_hour_only(target, own_cache):
 
 
 def test_an_unwritable_cache_dir_still_gives_a_tuner(target, tmp_path, monkeypatch, caplog):
+    """With ASSISTD_CACHE_DIR a file, calibration still runs and lands in the history; the tuner
+    says (not cached) and the log says the cache cannot be written."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("ASSISTD_CACHE_DIR", str(blocker))
@@ -643,6 +688,9 @@ def _timed_generation(context: int, t1: float, t4: float, steps: int = 20) -> Le
 
 
 def test_forward_times_are_learned_per_context_and_persisted(tmp_path):
+    """Forward times at 60 and 1,500 tokens of context are kept in their own context buckets (0
+    and 1024), interpolated between (t(1, 780) = 17.5), read as t(n) at the reference, and
+    survive a reopen."""
     db = tmp_path / "h.db"
     ls = LedgerStore(HistoryStore(db))
     tuner = Tuner(ls, "T", CostModel.brief(), now=0.0)
@@ -685,6 +733,8 @@ def test_a_sparse_long_context_borrows_its_shape_from_the_shorter_ones():
 
 
 def test_unknown_contexts_count_at_the_reference_context():
+    """Forwards recorded without a context count at the reference context (bucket 0, 64 tokens);
+    one at 1,000 tokens lands in bucket 512."""
     led = Ledger()
     led.record_plain_step(verify_ms=12.0)
     led.record_plain_step(verify_ms=30.0, context=1000)
@@ -725,6 +775,8 @@ def test_outliers_are_clipped_against_t_at_their_own_context():
 
 def test_the_cache_keeps_the_context_levels_and_old_versions_are_measured_again(target,
                                                                                 own_cache):
+    """The calibration cache (version 2) keeps the long-context level; a version-1 key or a
+    Target whose window is too small for the long context maps to another file."""
     from assistd.decoding import calibration as cal
     from assistd.ground.costmodel import LONG_CONTEXT
 
