@@ -54,7 +54,7 @@ def test_complete_json_then_second_run_served_from_history(repo, tmp_path):
     assert out["tokens"] == out["ledger"]["committed_tokens"] > 0
     assert out["target"]["backend"] == "llama"
     assert out["target"]["model"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert out["target"]["n_ctx"] == 2048
+    assert out["target"]["n_ctx"] == 4096  # (assistd.ground.options.DEFAULT_N_CTX)
     # the default numerics, and what its speculative output promises
     assert (out["target"]["numerics"], out["target"]["promise"]) == ("fast", "batch-argmax")
     assert out["history"]["scope"] == str(repo.resolve())
@@ -484,9 +484,9 @@ def test_a_bad_numerics_names_the_flag_the_file_or_the_variable(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text('numerics = "slow"\n')
     one_line_error(_run("serve", "--config", f, "--print-config"),
-                   f"config file {f}: numerics must be fast, exact or llama, not 'slow'")
+                   f"config file {f}: numerics must be 'fast', 'exact' or 'llama', not 'slow'")
     one_line_error(_run("serve", "--print-config", env={"ASSISTD_NUMERICS": "slow"}),
-                   "$ASSISTD_NUMERICS: numerics must be fast, exact or llama, not 'slow'")
+                   "$ASSISTD_NUMERICS: numerics must be 'fast', 'exact' or 'llama', not 'slow'")
     r = _run("serve", "--print-config")
     assert r.returncode == 0 and 'numerics = "fast"' in r.stdout  # the default
 

@@ -9,9 +9,9 @@ import click
 
 from assistd.cli.app import cli
 from assistd.cli.options import (KChoice, complete_backend_option, db_option, json_option,
-                                 model_option, n_ctx_option, numerics_option)
+                                 model_option, target_n_ctx_option, target_numerics_option)
 from assistd.cli.render import emit, write_text
-from assistd.cli.target import check_target_url, config_target, remote_options, target_options
+from assistd.cli.target import remote_options, target_spec
 from assistd.ground.errors import InputError
 
 # Options that pick another Target or history than the daemon's: their presence means
@@ -62,20 +62,21 @@ _IN_PROCESS_OPTIONS = ("model", "backend", "n_ctx", "device", "dtype", "n_gpu_la
               help="Random seed for sampling. [default: random]")
 @click.option("--stop", multiple=True,
               help="Stop string, excluded from the output; repeat the option for several.")
-@n_ctx_option
+@target_n_ctx_option
 @model_option
 @complete_backend_option
-@click.option("--device", default="auto", show_default=True,
-              help="torch backend: auto, cpu, cuda, cuda:N or mps.")
+@click.option("--device", default=None,
+              help="torch backend: auto, cpu, cuda, cuda:N or mps. [default: auto]")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
-              default="auto", show_default=True,
-              help="torch backend: weight dtype (auto: float32 on CPU, 16-bit on a GPU).")
-@click.option("--n-gpu-layers", type=click.IntRange(-1), default=-1, show_default=True,
-              help="llama backend: layers to offload to the GPU (-1 = all; ignored by CPU builds).")
-@numerics_option
+              default=None, help="torch backend: weight dtype (auto: float32 on CPU, 16-bit"
+                                 " on a GPU). [default: auto]")
+@click.option("--n-gpu-layers", type=click.IntRange(-1), default=None,
+              help="llama backend: layers to offload to the GPU (-1 = all; ignored by CPU"
+                   " builds). [default: -1]")
+@target_numerics_option
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="CPU threads for the Target. [default: all usable cores]")
-@remote_options(env=True)
+@remote_options
 @db_option
 @click.option("--daemon/--no-daemon", "use_daemon", default=None,
               help="Run on the daemon (`assistd serve`), or in this process. [default: the"
@@ -96,6 +97,10 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         echo 'def fib(n):' | assistd complete --file - --json
         assistd complete --file app.py --temperature 0.7 --top-p 0.9 --seed 1 --stop $'\\n\\n'
         assistd complete --file app.py --backend torch --device cpu
+
+    In this process, unset Target options come from ASSISTD_* variables, then the
+    config file `assistd serve` reads (--n-ctx, --numerics, --threads ... included),
+    so both open the same Target.
     """
     from assistd.ground.languages import language_id
     from assistd.ground.sampling import SamplingParams
@@ -111,10 +116,9 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         raise click.BadParameter(
             f"{language!r} is not a language id; use an LSP id such as python, markdown,"
             " json (letters, digits and _ . + # -, at most 64)", param_hint="'--language'")
-    # In this process, the Target of the daemon's config file where no option names one.
-    target = config_target(target)
-    check_target_url(target["backend"], target["target_url"])
-    if target["backend"] == "openai" and (draft_model is not None or proposer == "draft_model"):
+    # In this process: the flags, then ASSISTD_*, then the daemon's config file.
+    spec = target_spec({**target, "n_ctx": n_ctx})
+    if spec.remote and (draft_model is not None or proposer == "draft_model"):
         # the plan would drop it without a word: the server decodes, nothing verifies here
         raise click.UsageError(
             f"{'--draft-model' if draft_model is not None else '--proposer draft_model'} does"
@@ -140,11 +144,9 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
         return
     result = complete_at(
         prompt_text, repo=repo or default_repo, proposer=proposer, k=k,
-        max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, n_ctx=n_ctx,
-        model=target["model"], db=db, stop=stop, guess_outside_git=repo is None,
-        sampling=sampling, draft_model=draft_model, language=language,
-        target_options=target_options(target),
-    )
+        max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, spec=spec, db=db,
+        stop=stop, guess_outside_git=repo is None, sampling=sampling,
+        draft_model=draft_model, language=language)
 
     def show(_):
         write_text(result.generation.text)

@@ -10,8 +10,8 @@ import click
 
 from assistd.cli.app import cli
 from assistd.cli.options import (complete_backend_option, db_option, model_option,
-                                 n_ctx_option, numerics_option)
-from assistd.cli.target import check_target_url, remote_options, target_options
+                                 target_n_ctx_option, target_numerics_option)
+from assistd.cli.target import remote_options, target_spec
 from assistd.ground.errors import InputError
 
 
@@ -19,23 +19,23 @@ from assistd.ground.errors import InputError
 @click.option("--no-daemon", is_flag=True,
               help="Never use the daemon; always run the Target in this process.")
 @model_option
-@n_ctx_option
+@target_n_ctx_option
 @complete_backend_option
-@numerics_option
-@remote_options(env=True)
+@target_numerics_option
+@remote_options
 @db_option
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the server log here too (stderr always gets warnings and errors).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
-def mcp(no_daemon, model, n_ctx, db, log_file, verbose, **target):
+def mcp(no_daemon, db, log_file, verbose, **target):
     """Run the MCP server on stdio: tools for coding agents (Claude Code, Codex, ...).
 
     Tools: complete_code (complete at a line/column of a file), continue_text and
     acceptance_stats. Each call uses the daemon (`assistd serve`) when one answers,
     else loads the Target in this process on first use (--model, --n-ctx, --backend,
-    --numerics, the --target-* options of a remote server and --db apply to that; the
-    daemon's Target runs the numerics of its own configuration). stdout carries
-    the protocol; logs go to stderr.
+    --numerics, the --target-* options of a remote server and --db apply to that, then
+    ASSISTD_* variables and the config file `assistd serve` reads: the daemon's Target;
+    a running daemon's Target is its own). stdout carries the protocol; logs go to stderr.
 
     \b
     Examples:
@@ -47,18 +47,13 @@ def mcp(no_daemon, model, n_ctx, db, log_file, verbose, **target):
     from assistd.ground.logs import setup_logging
     from assistd.serving.mcp_server import serve_stdio
 
-    check_target_url(target["backend"], target["target_url"], required=True)
+    # Checked now, not at the first tool call: an agent's `claude mcp add` would not see
+    # a mistyped URL, a bad --n-ctx or a readable key file until then.
+    spec = target_spec(target)
+    if spec.remote:
+        spec.key()
     setup_logging(log_file, verbose)
-    if target["backend"] == "openai":
-        # Checked now, not at the first tool call: an agent's `claude mcp add` would
-        # not see a mistyped URL, a readable key file or a bad --target-fim until then.
-        # (--target-fim: its option type)
-        from assistd.targets.remote import base_url, read_key
-
-        base_url(target["target_url"])
-        read_key(target["target_key_file"])
-    options = target_options({**target, "target_context": None})  # (target_context: editors only)
-    serve_stdio(use_daemon=not no_daemon, model=model, db=db, n_ctx=n_ctx, target_options=options)
+    serve_stdio(use_daemon=not no_daemon, spec=spec, db=db)
 
 
 class _HostPort(click.ParamType):

@@ -87,6 +87,7 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
         assistd index . --watch
     """
     from assistd.targets.open import open_target
+    from assistd.targets.spec import TargetSpec
     from assistd.runtime.runtime import open_store
     from storage.indexer import find_repository_root
     from storage.retention import DEFAULT_MAX_BYTES, enforce_budget
@@ -98,7 +99,9 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
         agent_transcripts = watch
     locations = list(transcripts) + (default_transcript_locations() if agent_transcripts else [])
     store = open_store(db)
-    target = open_target(model, backend=backend, n_ctx=512)  # for its tokenizer
+    # for its tokenizer (the window is never used)
+    target = open_target(TargetSpec(model=str(model) if model else None, backend=backend,
+                                    n_ctx=512))
     repos = [find_repository_root(path)] if path is not None else []
     budget = max_history_mb * (1 << 20) if max_history_mb else DEFAULT_MAX_BYTES
 

@@ -9,7 +9,7 @@ import click
 
 from assistd.ground.errors import InputError
 from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS
-from assistd.ground.options import parse_k
+from assistd.ground.options import DEFAULT_N_CTX, parse_k
 
 
 class KChoice(click.ParamType):
@@ -54,12 +54,13 @@ backend_option = click.option(
     "--backend", type=click.Choice(["llama", "torch"]), default="llama", show_default=True,
     help="Target backend: llama.cpp, or torch through transformers (pip install 'assistd[torch]').",
 )
-# `complete` (and `mcp`) may also send generation to a remote server.
+# `complete` (and `mcp`) may also send generation to a remote server. Their Target
+# flags default to None: unset, ASSISTD_* and then the config file give the value
+# (assistd.targets.spec.resolve), as for `assistd serve`.
 complete_backend_option = click.option(
-    "--backend", type=click.Choice(["llama", "torch", "openai"]), default="llama",
-    show_default=True, envvar="ASSISTD_BACKEND", show_envvar=True,
+    "--backend", type=click.Choice(["llama", "torch", "openai"]), default=None,
     help="Target backend: llama.cpp, torch through transformers (pip install 'assistd[torch]'),"
-         " or openai: a remote OpenAI-compatible server (--target-url).",
+         " or openai: a remote OpenAI-compatible server (--target-url). [default: llama]",
 )
 
 # (assistd.ground.numerics: the modes, the default and their promises)
@@ -72,7 +73,15 @@ numerics_option = click.option(
     "--numerics", type=click.Choice(NUMERICS), default=DEFAULT_NUMERICS, show_default=True,
     help=NUMERICS_HELP,
 )
+target_numerics_option = click.option(
+    "--numerics", type=click.Choice(NUMERICS), default=None,
+    help=f"{NUMERICS_HELP} [default: {DEFAULT_NUMERICS}]",
+)
 n_ctx_option = click.option(
-    "--n-ctx", type=click.IntRange(64), default=2048, show_default=True,
+    "--n-ctx", type=click.IntRange(64), default=DEFAULT_N_CTX, show_default=True,
     help="Target context window, in tokens.",
+)
+target_n_ctx_option = click.option(
+    "--n-ctx", type=click.IntRange(64), default=None,
+    help=f"Target context window, in tokens. [default: {DEFAULT_N_CTX}]",
 )

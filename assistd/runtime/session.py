@@ -17,7 +17,7 @@ from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.runtime import Runtime
 from assistd.targets.base import Target
-from assistd.targets.spec import TargetSpec, from_options
+from assistd.targets.spec import TargetSpec
 from storage.indexer import IndexReport, find_repository_root, is_repository
 from storage.walk import Refused, open_checked
 
@@ -152,7 +152,6 @@ def complete_at(
     language: str = "plaintext",
     between_rounds=None,
     owner: str = "complete",
-    **old_target,
 ) -> Completion:
     """``assistd complete``: complete ``prompt_text`` with speculative decoding, drafting
     from ``repo``'s history, on ``runtime`` (None: one opened from ``spec``, the Target's
@@ -174,9 +173,7 @@ def complete_at(
     daemon's preemption hook); ``owner`` labels the KV sequence it uses. Raises :class:`InputError`, :class:`ModelError`,
     :class:`HistoryError`.
     """
-    if spec is None:  # (callers not yet moved: model, n_ctx, target_options)
-        options = old_target.pop("target_options", None) or {}
-        spec = from_options(old_target.pop("model", None), **old_target, **options)
+    spec = spec or TargetSpec()
     window = runtime.target.n_ctx if runtime is not None else spec.n_ctx
     if max_tokens + 1 >= window:
         raise InputError(f"--max-tokens {max_tokens} does not fit --n-ctx {window}")

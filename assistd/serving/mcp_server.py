@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from assistd.ground.errors import AssistdError, InputError
 from assistd.ground.paths import is_dir, user_path
-from assistd.targets.spec import TargetSpec, from_options
+from assistd.targets.spec import TargetSpec
 
 log = logging.getLogger("assistd.mcp")
 
@@ -518,15 +518,12 @@ def _target_now(assistant: Assistant, spec: TargetSpec) -> tuple[str, bool]:
 
 
 def serve_stdio(*, use_daemon: bool = True, spec: TargetSpec | None = None,
-                db: Path | None = None, **old_target) -> None:
+                db: Path | None = None) -> None:
     """Run the MCP server on stdin/stdout until the client closes stdin.
 
     ``use_daemon``: look for the daemon on every call; ``spec`` (the Target's settings)
     and ``db``: the in-process Target and history when no daemon answers.
     """
-    if spec is None and old_target:  # (callers not yet moved: model, n_ctx, target_options)
-        spec = from_options(old_target.pop("model", None), n_ctx=old_target.pop("n_ctx"),
-                            **old_target.pop("target_options", None) or {})
     engine = InProcessEngine(spec, db=db)
     assistant = Assistant(engine, use_daemon=use_daemon)
     server = build_server(assistant, _target_now(assistant, engine.spec))
