@@ -170,7 +170,9 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
                             f" using {default!r}")
     spec, dropped = over(base.target, target)
     for name, text in dropped:
-        key = wire.get(name, _camel(name))
+        if name not in target:  # (over()'s own: a server left unused)
+            continue
+        key = wire[name]
         text = text.replace(name, key, 1)
         if name == "backend" and "target_url" in text:  # the editor's word for it
             warnings.append(f"assistd setting backend {target[name]!r} needs targetUrl (the"
@@ -190,7 +192,7 @@ def over(base: TargetSpec, values: dict[str, Any]) -> tuple[TargetSpec, list[tup
     ``(spec, [(field, message)])``; a value that breaks a rule across fields with one of
     ``base`` is dropped too. Never raises."""
     values, dropped = dict(values), []
-    if values.get("backend", "openai") != "openai" and "target_url" not in values:
+    if values.get("backend") in ("llama", "torch") and "target_url" not in values:
         values["target_url"] = None  # a local backend over base's server: left unused on purpose
     while values:
         try:
