@@ -132,8 +132,8 @@ def test_config_keys_of_the_remote_target(tmp_path):
                  'target_model = "m"\ntarget_timeout_ms = 5000\n')
     config, _ = load_config(f, environ={"ASSISTD_TARGET_KEY_FILE": "/k"})
     assert (config.target_url, config.target_model, config.target_key_file,
-            config.target_timeout_ms) == ("http://127.0.0.1:8080/v1", "m", "/k", 5000)
-    assert 'target_url = "http://127.0.0.1:8080/v1"' in config.to_toml()
+            config.target_timeout_ms) == ("http://127.0.0.1:8080", "m", "/k", 5000)  # (/v1 dropped)
+    assert 'target_url = "http://127.0.0.1:8080"' in config.to_toml()  # (the base URL)
     f.write_text('backend = "openai"\ntarget_url = "ftp://x"\n')
     with pytest.raises(InputError, match="must be http"):
         load_config(f, environ={})
@@ -173,7 +173,7 @@ async def test_mcp_in_process_on_the_remote_target(keyed_llama_server, tmp_path)
                                                        "column": 5, "max_tokens": 12}), tmp_path)
     assert out["completion"] and out["daemon"] is False and out["tokens"] > 0
     log = (tmp_path / "mcp.log").read_text() + (tmp_path / "mcp.stderr").read_text()
-    assert f"the remote server {keyed_llama_server}" in log and "sk-test-3f9d2c" not in log
+    assert f"the remote Target {keyed_llama_server}" in log and "sk-test-3f9d2c" not in log
     p = subprocess.run([sys.executable, "-m", "assistd", "mcp", "--no-daemon", "--backend", "openai"],
                        env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 2 and "--backend openai needs --target-url" in p.stderr
