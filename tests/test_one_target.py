@@ -49,7 +49,7 @@ def test_complete_without_the_daemon_opens_the_files_target(tmp_path, config_env
 
 
 def test_the_daemon_opens_the_files_target(tmp_path, config_env):
-    from tests.daemon_helpers import start_daemon
+    from harness.daemon import start_daemon
 
     d = start_daemon(tmp_path, env={"ASSISTD_CONFIG": config_env["ASSISTD_CONFIG"]})
     try:
