@@ -13,6 +13,7 @@ from assistd.cli.options import (complete_backend_option, db_option, model_optio
                                  target_n_ctx_option, target_numerics_option)
 from assistd.cli.target import remote_options, target_spec
 from assistd.ground.errors import InputError
+from assistd.ground.loopback import LOOPBACK_HOSTS
 
 
 @cli.command()
@@ -71,9 +72,6 @@ class _HostPort(click.ParamType):
         return host, int(port)
 
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
 @cli.command()
 @click.option("--stdio", is_flag=True, help="Speak LSP over stdin/stdout (the default).")
 @click.option("--tcp", type=_HostPort(), default=None,
@@ -112,7 +110,7 @@ def lsp(stdio, tcp, allow_remote, token_file, log_file, verbose, use_daemon):
 
     if tcp is not None and stdio:
         raise click.UsageError("--stdio and --tcp are exclusive")
-    if tcp is not None and tcp[0] not in _LOOPBACK and not allow_remote:
+    if tcp is not None and tcp[0] not in LOOPBACK_HOSTS and not allow_remote:
         raise click.UsageError(f"--tcp {tcp[0]} is not a loopback address; anyone who can reach"
                                " it could read your code: pass --allow-remote to mean it")
     setup_logging(log_file, verbose)

@@ -79,6 +79,7 @@ from datetime import datetime, timezone
 from assistd.decoding.verify import NEAR_TIE_GAP
 from assistd.ground.errors import InputError
 from assistd.ground.numerics import BASELINE_NUMERICS, DEFAULT_NUMERICS, parse_numerics
+from assistd.ground.options import DEFAULT_N_CTX
 from assistd.measure.bench_arms import (
     DEFAULT_PROPOSERS,
     LIBRARY_PEERS,
@@ -125,7 +126,7 @@ def machine() -> dict:
 def run(workload_specs: Sequence[str], *, proposers: Sequence[str] = DEFAULT_PROPOSERS,
         backend: str = "llama", model=None, draft_model=None, k: int | str = "auto",
         cases: int = 6, max_tokens: int = 96, repeats: int = 3, max_prompt_tokens: int = 1536,
-        n_ctx: int = 2048, n_threads: int | None = None, library_peer: bool = True,
+        n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None, library_peer: bool = True,
         numerics: str = DEFAULT_NUMERICS, seed: int = 0, command: str = "",
         progress=None, on_workload: Callable[[str], None] | None = None,
         optional: Sequence[str] = (), on_skip: Callable[[str, str], None] | None = None,

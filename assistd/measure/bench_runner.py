@@ -14,7 +14,7 @@ from assistd.decoding.tuner import K_MAX
 from assistd.decoding.verify import NEAR_TIE_GAP
 from assistd.ground.errors import InputError
 from assistd.ground.ledger import Ledger
-from assistd.ground.numerics import BASELINE_NUMERICS
+from assistd.ground.numerics import BASELINE_NUMERICS, first_difference
 from assistd.measure.bench_arms import Arm
 from assistd.measure.bench_ledger import ArmTotals, arm_row, measured_t
 from assistd.measure.bench_workloads import Case, Workload
@@ -24,21 +24,6 @@ from assistd.runtime.runtime import Plan, Runtime, index_width
 def _short(name: str, width: int = 48) -> str:
     """A case name for a progress line: its end (the file and position), not its start."""
     return name if len(name) <= width else "…" + name[-(width - 1):]
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first index where two token lists differ (the shorter length when one is a
-    prefix of the other), None when equal.
-
-    >>> first_difference([1, 2, 3], [1, 2, 4]), first_difference([1, 2], [1, 2, 5])
-    (2, 2)
-    >>> first_difference([7], [7]) is None
-    True
-    """
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 class Bench:

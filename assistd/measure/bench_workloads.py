@@ -399,8 +399,6 @@ def novel_workload(target, path: Path | None, n_cases: int, budget: int,
     except InputError:
         if path is not None:
             raise
-    if path is not None and not requests:  # asked for these transcripts: no silent fallback
-        raise InputError(f"novel: no first user message of 40-4,000 characters in {path}")
     root, files = library_files(library)
     if not requests:  # no transcripts, or none with a usable first request
         source = f"module docstrings of the library {root}"

@@ -414,7 +414,8 @@ def test_finding_settings_path_of_an_unknown_user_never_raises(key):
     """A db or model setting of ~nosuchuser/x falls back to None with a warning instead of
     raising."""
     settings_, warnings = parse_settings({"assistd": {key: "~nosuchuser/x"}})
-    assert getattr(settings_, key) is None and warnings
+    owner = settings_.target if key == "model" else settings_  # the Target's settings
+    assert getattr(owner, key) is None and warnings
 
 
 def test_finding_settings_path_of_an_unknown_user_is_a_warning(tmp_path):

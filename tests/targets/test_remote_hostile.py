@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assistd.ground.errors import InputError
+from assistd.ground.options import DEFAULT_N_CTX
 from assistd.targets.remote import (MAX_BODY_BYTES, MAX_LINE_BYTES, MAX_TOKEN_CHARS,
                                     RemoteTarget, RemoteTargetError, base_url, printable)
 from tests.fuzz.strategies import JSON
@@ -323,14 +324,14 @@ def test_a_chunk_whose_text_is_a_number_is_a_one_line_error(hostile):
 
 def test_a_models_list_of_the_wrong_shape_is_said_not_raised(hostile):
     """A models list of the wrong shape, or ids and n_ctx of the wrong types, is recorded as
-    last_error without raising: no model name, n_ctx stays 2048."""
+    last_error without raising: no model name, n_ctx stays the default (DEFAULT_N_CTX)."""
     hostile.models = lambda a: a.json(200, {"data": 5})
     t = target(hostile)
     try:
         assert t.state["last_error"] and t.model_name is None
         hostile.models = lambda a: a.json(200, {"data": [{"id": 7, "meta": {"n_ctx": True}}]})
         t.probe()
-        assert t.model_name is None and t.n_ctx == 2048  # not an id; not a context size
+        assert t.model_name is None and t.n_ctx == DEFAULT_N_CTX  # not an id; not a context size
     finally:
         t.close()
 

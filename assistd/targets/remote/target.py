@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from assistd.ground.errors import InputError
+from assistd.ground.options import DEFAULT_N_CTX
 from assistd.targets.base import tokenizer_fingerprint
 from assistd.targets.remote.errors import RemoteTargetError, printable
 from assistd.targets.remote.fim import FIM_SETTINGS, Fim
@@ -64,7 +65,7 @@ class RemoteTarget(Generating, Prompting, Fim):
 
     def __init__(self, url: str, *, key: str | None = None, key_file: Path | str | None = None,
                  model_name: str | None = None,
-                 tokenizer: Path | str | None = None, n_ctx: int = 2048,
+                 tokenizer: Path | str | None = None, n_ctx: int = DEFAULT_N_CTX,
                  timeout_s: float = 30.0, deadline_s: float | None = None,
                  ca_bundle: Path | str | None = None,
                  context: str = "all", fim: str = "auto", environ=None):
