@@ -92,6 +92,8 @@ def test_room_names_cover_every_module():
 
 
 def test_every_import_goes_down_or_stays_in_its_room():
+    """An import into another room must reach a lower floor in FLOORS; one to the same floor or
+    above is listed as "mod (room) imports dep (room)"."""
     bad = []
     for mod, deps in graph().items():
         for dep in deps:

@@ -40,6 +40,8 @@ def _seen(target: dict) -> dict:
 
 
 def test_complete_without_the_daemon_opens_the_files_target(tmp_path, config_env):
+    """`assistd complete --no-daemon --json` reports the file's Target: EXPECTED (backend llama,
+    n_ctx 1024, numerics exact, threads 1, device cpu)."""
     r = subprocess.run([sys.executable, "-m", "assistd", "complete", "--file", "-",
                         "--no-daemon", "--json", "--max-tokens", "4"],
                        input="def add(a, b):\n    return", env=config_env, cwd=tmp_path,
@@ -49,6 +51,8 @@ def test_complete_without_the_daemon_opens_the_files_target(tmp_path, config_env
 
 
 def test_the_daemon_opens_the_files_target(tmp_path, config_env):
+    """A daemon started with $ASSISTD_CONFIG reports the file's Target in its status: EXPECTED
+    (n_ctx 1024, numerics exact, threads 1, device cpu)."""
     from harness.daemon import start_daemon
 
     d = start_daemon(tmp_path, env={"ASSISTD_CONFIG": config_env["ASSISTD_CONFIG"]})
@@ -76,6 +80,8 @@ def test_an_in_process_language_server_opens_the_files_target(config_env):
 
 
 async def test_mcp_without_the_daemon_opens_the_files_target(tmp_path, config_env):
+    """`assistd mcp --no-daemon` logs "the Target in this process: backend llama, n_ctx 1024,
+    numerics exact, threads 1, device cpu" after a continue_text call."""
     from tests.serving.test_mcp import _ok, mcp_session
 
     log = tmp_path / "mcp.log"

@@ -114,6 +114,8 @@ def headless(tmp_path_factory, artifacts):
 
 
 def test_first_suggestion_on_a_cold_start_is_ghost_text(term, artifacts):
+    """Enter after `def square_area(side):` as the model loads: one inline AssistdSuggestion
+    extmark at the 4-space indent, coloured; status 'assistd: loading' then 'assistd'."""
     term.wait(lambda: attached(term), ATTACH_S, "the assistd client")
     # Typing while the model loads: the request at the end of the header is held by the
     # server until the model is ready; Enter asks anew and cancels it.
@@ -155,6 +157,8 @@ def test_first_suggestion_on_a_cold_start_is_ghost_text(term, artifacts):
 
 
 def test_tab_accepts_it_correctly_indented(term):
+    """<Tab> inserts the suggestion's lines under the header, the first at exactly 4 spaces,
+    puts the cursor at its end, and the stats count an `accepted`."""
     s = term.shown
     before = term.lines()
     term.send("<Tab>")
@@ -170,6 +174,8 @@ def test_tab_accepts_it_correctly_indented(term):
 
 
 def test_enter_where_the_ghost_text_breaks_the_line_keeps_it(term):
+    """A suggestion that starts with a newline and indent: Enter keeps it (same id, the text
+    after the indent) drawn at the new line's indent, with no new inlineCompletion request."""
     term.send("<Esc>")
     s = new_suggestion(term, "Go<CR><C-u>def triangle_area(base, height):")
     assert s["text"].startswith("\n" + INDENT), f"no line break first: {s}"
@@ -203,6 +209,8 @@ def test_a_suggestion_whose_range_starts_before_the_cursor(term):
 
 
 def test_accept_next_word_inserts_one_word(term):
+    """<M-Right> inserts only the suggestion's first word (or punctuation run); the rest stays
+    with the same id, the cursor at the line's end, and the stats count a `partial`."""
     term.send("<Esc>")
     s = new_suggestion(term, "Go<CR><C-u>def cube_volume(side):<CR>")
     words = s["text"].split("\n")[0].split()
@@ -223,6 +231,8 @@ def test_accept_next_word_inserts_one_word(term):
 
 
 def test_typing_the_ghost_text_keeps_it_and_other_keys_dismiss(term):
+    """Typing the suggestion's first character keeps it (same id, that character dropped) with
+    no new request; a key that differs ('@' or '%') dismisses it."""
     s, sent = term.suggestion(), requests(term)
     assert s and len(s["text"]) >= 2
     typed = s["text"][0]
@@ -238,6 +248,8 @@ def test_typing_the_ghost_text_keeps_it_and_other_keys_dismiss(term):
 
 
 def test_escape_dismisses_and_the_place_stays_quiet(term):
+    """<Esc> clears the ghost text and the stats count a `dismissed`; back at the same place the
+    server answers `items = {}` and nothing is drawn."""
     term.send("<Esc>")
     # At the end of a header (not on an indented blank line: Escape would remove the
     # indentation, and the place with it).
@@ -260,6 +272,7 @@ def test_escape_dismisses_and_the_place_stays_quiet(term):
 
 
 def test_quit_leaves_no_server_process(term):
+    """Quitting Neovim makes its one server process (server_pids) exit within 60 s."""
     pids = term.server_pids()
     assert len(pids) == 1
     term.quit()
@@ -267,6 +280,8 @@ def test_quit_leaves_no_server_process(term):
 
 
 def test_tab_without_suggestion_inserts_a_tab(headless):
+    """:AssistdToggle to 'assistd: off': <Tab> inserts a plain tab ('x   y', softtabstop 4)
+    and no inlineCompletion request goes out; toggled back to 'assistd', requests resume."""
     headless.send("<Esc>:AssistdToggle<CR>")
     headless.wait(lambda: headless.status() == "assistd: off", 30, "the status 'off'")
     n = requests(headless)
@@ -283,6 +298,8 @@ def test_tab_without_suggestion_inserts_a_tab(headless):
 
 
 def test_tab_runs_the_previous_mapping_and_filetype_switch(headless):
+    """With python toggled off, <Tab> runs the earlier Lua <Tab> mapping and <M-Down> its <expr>
+    one, with no request; toggled on, requests resume; quit ends the server."""
     # A completion plugin's <Tab> (Lua) and a Vim script <expr> mapping of <M-Down>,
     # mapped before the buffer attaches.
     headless.send("<Esc>:lua vim.keymap.set('i', '<lt>Tab>', function() "

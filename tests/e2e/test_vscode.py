@@ -88,6 +88,8 @@ def new_function(v: VSCode, header: str) -> str | None:
 
 
 def test_first_suggestion_on_a_cold_start(vscode):
+    """Enter after line 13's header on a cold model shows ghost text, the first answer comes
+    from the "target", and the status bar item reads 'assistd'."""
     v = vscode
     # A keystroke made before the client has registered its provider gets no request
     # (VS Code asks again only at the next edit): wait for the server's `initialized`.
@@ -104,6 +106,8 @@ def test_first_suggestion_on_a_cold_start(vscode):
 
 
 def test_accepted_text_is_indented_like_the_editor(vscode):
+    """Tab writes the suggestion's first line on the line after `def square_area(side):`,
+    indented by exactly 4 spaces."""
     v = vscode
     assert v.ghost().strip(), "needs the suggestion of the previous test on screen"
     item = v.last_item()
@@ -120,6 +124,8 @@ def test_accepted_text_is_indented_like_the_editor(vscode):
 
 
 def test_tab_accepts_what_the_server_said_and_reports_it(vscode):
+    """Tab leaves the file as the item's insertText applied over its range, sends executeCommand
+    `assistd.accepted` with the item's arguments, and raises the python `accepted` count."""
     v = vscode
     accepted_before = python_acceptance(v).get("accepted", 0)
     ghost = new_function(v, "def cube_volume(side):")
@@ -140,6 +146,8 @@ def test_tab_accepts_what_the_server_said_and_reports_it(vscode):
 
 
 def test_ctrl_right_accepts_the_next_word_and_reports_it(vscode):
+    """Ctrl+Right inserts only the first word, the rest stays ghost text; it sends
+    didPartiallyAcceptCompletion (the id, acceptedLength > 0) and a `partial` is counted."""
     v = vscode
     ghost = new_function(v, "def triangle_area(base, height):")
     assert ghost, f"no suggestion after the header; answers: {v.requests_since(0)[-5:]}"
@@ -166,6 +174,8 @@ def test_ctrl_right_accepts_the_next_word_and_reports_it(vscode):
 
 
 def test_a_dismissed_suggestion_is_not_shown_again_there(vscode):
+    """Escape sends didDismissCompletion {"id": ...}; typing 'x' then Backspace (the same place)
+    gets a response without items, and no ghost text is shown."""
     v = vscode
     ghost = new_function(v, "def circle_perimeter(radius):")
     assert ghost, "no suggestion after the header"
@@ -187,6 +197,8 @@ def test_a_dismissed_suggestion_is_not_shown_again_there(vscode):
 
 
 def test_tab_still_accepts_from_the_editors_completion_menu(vscode):
+    """With no inline suggestion, Tab accepts from the editor's own Ctrl+Space menu:
+    'area = rect' becomes 'area = rectangle_area'."""
     v = vscode
     v.empty_last_line()
     v.page.keyboard.type("area = rect", delay=20)
@@ -201,6 +213,8 @@ def test_tab_still_accepts_from_the_editors_completion_menu(vscode):
 
 
 def test_show_stats_opens_a_read_only_document(vscode):
+    """assistd.showStats opens a "stats" tab holding "ledger", "user_acceptance" (with "python")
+    and "server", neither dirty nor Untitled; Ctrl+W closes it with no save dialog."""
     v = vscode
     v.page.keyboard.press("Escape")
     v.command(title("assistd.showStats"))
@@ -240,6 +254,8 @@ def settled(count, quiet_s: float = 1.5, timeout: float = 20) -> int:
 
 @pytest.mark.parametrize("toggle", ["assistd.toggle", "assistd.toggleLanguage"])
 def test_toggle_turns_suggestions_off_and_on(vscode, toggle):
+    """Off: status '$(circle-slash) assistd', no inlineCompletion request, no ghost text;
+    toggled again: status 'assistd' and a suggestion after a new header."""
     v = vscode
     v.open_file("geometry.py")  # also when this test runs alone (-k toggle)
     v.command(title(toggle))
@@ -261,6 +277,8 @@ def test_toggle_turns_suggestions_off_and_on(vscode, toggle):
 
 
 def test_five_reloads_leave_one_server(vscode):
+    """Each of five 'Developer: Reload Window' starts a new server that answers initialize;
+    after them exactly one server process is alive."""
     v = vscode
     assert wait_for(lambda: len(v.server_pids()) == 1, 10), v.server_pids()
     for n in range(5):

@@ -80,6 +80,8 @@ def test_a_bad_editor_setting_names_the_setting_and_keeps_the_value_before(tmp_p
 
 
 def test_a_bad_file_or_variable_warns_an_in_process_editor_server(tmp_path):
+    """A file's `n_ctx = 5` warns "... not 5; using DEFAULT_N_CTX" and keeps the default; a
+    missing $ASSISTD_CONFIG file warns "does not exist" and gives TargetSpec()."""
     f = _file(tmp_path, "n_ctx = 5\n")
     s, w = environment_settings({"ASSISTD_CONFIG": str(f)})
     assert s.target.n_ctx == DEFAULT_N_CTX
