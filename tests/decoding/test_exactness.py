@@ -248,7 +248,7 @@ def test_fast_numerics_is_an_option(caplog):
         t.close()
     with pytest.raises(ValueError, match="numerics"):
         LlamaTarget(default_model_path(), n_ctx=256, numerics="bitwise")
-    with pytest.raises(InputError, match="numerics must be fast, exact or llama, not 'bitwise'"):
+    with pytest.raises(InputError, match="numerics must be 'fast', 'exact' or 'llama', not 'bitwise'"):
         open_target(None, n_ctx=256, numerics="bitwise")
     with pytest.raises(ValueError, match="GGML_CPU_TILED_MM"):
         LlamaTarget(default_model_path(), n_ctx=256, numerics="llama")

@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -20,6 +21,7 @@ import pytest
 from assistd.runtime.runtime import Runtime, open_store
 from assistd.targets.open import default_model_path
 from assistd.targets.remote import FIM_FAMILIES, RemoteTarget
+from assistd.targets.spec import TargetSpec
 from editors.completer import Completer, Request
 from editors.settings import Settings
 from harness.ports import free_port
@@ -41,6 +43,8 @@ SHAPES = ("class Polygon:\n"
           "def make_polygon(vertices):\n"
           "    return Polygon(vertices)\n")
 SETTINGS = Settings(max_prompt_tokens=512, max_tokens=4, max_latency_ms=0, cross_file_tokens=200)
+# The editor's setting targetContext "file" (the Target's settings live in Settings.target).
+FILE_ONLY = replace(SETTINGS, target=TargetSpec(target_context="file"))
 
 
 class _Loopback:
@@ -209,8 +213,7 @@ def test_target_context_file_sends_only_the_documents_text(proxy, tmp_path, wher
     """``targetContext: "file"`` (the editor's setting) or ``target_context = "file"``
     (the daemon's Target): no snippet of another file in what the server receives."""
     repo = make_repo(tmp_path / "r", {"geometry.py": DOC, "shapes.py": SHAPES})
-    settings = Settings(**{**SETTINGS.__dict__, "target_context": "file"}) if where == "editor" \
-        else SETTINGS
+    settings = FILE_ONLY if where == "editor" else SETTINGS
     options = {"target_context": "file"} if where == "target" else {}
     c = completer_on(tmp_path, proxy.url, settings, **options)
     try:
@@ -303,7 +306,7 @@ def test_bad_context_and_fim_settings_are_refused(tmp_path):
     from editors.settings import parse_settings
 
     s, warnings = parse_settings({"assistd": {"targetContext": "nothing"}})
-    assert s.target_context == "all" and warnings
+    assert s.target.target_context == "all" and warnings
 
 
 def test_the_history_is_not_sent_to_the_servers_tokenizer(proxy, tmp_path):
@@ -325,8 +328,7 @@ def test_the_history_is_not_sent_to_the_servers_tokenizer(proxy, tmp_path):
             assert r.status_code == 200, r.text
     finally:
         assert d.stop() == 0
-    c = completer_on(tmp_path, proxy.url, Settings(**{**SETTINGS.__dict__,
-                                                      "target_context": "file"}), model=None)
+    c = completer_on(tmp_path, proxy.url, FILE_ONLY, model=None)
     try:
         ask(c, repo, buffers={(repo / "shapes.py").as_uri(): SHAPES})
     finally:
