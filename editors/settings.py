@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from pydantic import ValidationError
+
 from assistd.ground.errors import InputError
 from assistd.ground.options import K_LIMIT, parse_k
 from assistd.ground.paths import user_path
-from pydantic import ValidationError
-
 from assistd.targets.spec import FIELDS, KEY_FIELD, TargetSpec, layers, named, problems
+
 
 @dataclass(frozen=True)
 class Settings:
