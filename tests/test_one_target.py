@@ -91,3 +91,19 @@ async def test_mcp_without_the_daemon_opens_the_files_target(tmp_path, config_en
                                                     "max_tokens": 4}), tmp_path)
     assert ("the Target in this process: backend llama, n_ctx 1024, numerics exact,"
             " threads 1, device cpu") in log.read_text()
+
+
+@pytest.mark.parametrize("command", [["complete", "--file", "-", "--no-daemon"],
+                                     ["mcp", "--no-daemon"], ["serve", "--print-config"]])
+def test_a_key_of_the_file_that_is_no_setting_is_refused_by_every_reader(tmp_path, command):
+    """A typo (`n_cxt`) in the one config file is one `error:` line naming it, exit 2, from
+    `complete --no-daemon` and `mcp --no-daemon` as from `serve` (the one-shot commands
+    read only the Target's keys and went on with the default n_ctx, silently)."""
+    f = tmp_path / "config.toml"
+    f.write_text(CONFIG + "n_cxt = 2048\n")
+    r = subprocess.run([sys.executable, "-m", "assistd", *command], input="x = 1\n",
+                       env={**os.environ, "ASSISTD_CONFIG": str(f)}, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        f"error: config file {f}: unknown key(s) n_cxt;"), r.stderr[-2000:]

@@ -10,20 +10,25 @@ from pathlib import Path
 
 import click
 
-from assistd.targets.spec import FIELDS, TargetSpec, load
+from assistd.targets.spec import FIELDS, TargetSpec
 
 def target_spec(flags: dict) -> TargetSpec:
     """The Target a command opens: its Target ``flags`` (a :class:`TargetSpec` field each;
     None: not given) over the ``ASSISTD_*`` environment, over the config file, over the
-    defaults (:func:`assistd.targets.spec.resolve`). Raises :class:`~assistd.ground.errors.InputError` naming
-    the flag, ``$VARIABLE`` or config file key of a bad value (the group prints it as
-    one ``error:`` line, exit 2: no usage block around a value that may be 100 kB long).
+    defaults. The file is read as ``assistd serve`` reads it
+    (:func:`assistd.serving.config.load_config`), so a key that is no setting, or a bad
+    daemon value, is refused here too instead of going unread. Raises
+    :class:`~assistd.ground.errors.InputError` naming the flag, ``$VARIABLE`` or config
+    file key of a bad value (the group prints it as one ``error:`` line, exit 2: no usage
+    block around a value that may be 100 kB long).
 
     >>> target_spec({"n_ctx": 512, "model": Path("/m.gguf"), "db": "ignored"}).n_ctx
     512
     """
+    from assistd.serving.config import load_config
+
     given = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if k in FIELDS}
-    return load(given)
+    return load_config(None, given)[0].target
 
 
 class _FimChoice(click.ParamType):
