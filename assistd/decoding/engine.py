@@ -266,7 +266,8 @@ def generate(
             leaf = not tree.children(path[-1]) if tree is not None else None
             ledger.record_round(num_draft, committed - 1, ceiling=k_cap,
                                 depth=d.depth if tree is not None else None, leaf=leaf,
-                                draft_ms=draft_ms, verify_ms=verify_ms, context=kv)
+                                draft_ms=draft_ms, verify_ms=verify_ms, context=kv,
+                                source=d.source)
         else:
             ledger.record_plain_step(proposed=asked, draft_ms=draft_ms, verify_ms=verify_ms,
                                      context=kv)

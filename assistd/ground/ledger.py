@@ -82,11 +82,14 @@ class Ledger:
     # costmodel.context_bucket): [forwards, verify ms, context tokens summed]. Per
     # generation (the tuner learns t(n, context) from it), not aggregated.
     forwards_by_context: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    # Per draft source (Draft.source: "context", "history", "model", "prediction"):
+    # [draft tokens, accepted tokens] of the rounds it drafted.
+    by_source: dict[str, list[int]] = field(default_factory=dict)
 
     def record_round(self, num_draft: int, num_accepted: int, *, depth: int | None = None,
                      leaf: bool | None = None, ceiling: int | None = None,
                      draft_ms: float = 0.0, verify_ms: float = 0.0,
-                     context: int | None = None) -> None:
+                     context: int | None = None, source: str | None = None) -> None:
         """One verification round: ``num_draft`` draft tokens (tree nodes) verified,
         ``num_accepted`` of them committed (the accepted branch).
 
@@ -96,7 +99,8 @@ class Ledger:
         allowed in depth (None: unknown, not censored); ``draft_ms`` / ``verify_ms``:
         the round's propose() and Target time, added to the totals as well as to the
         per-length sums (by ``num_draft``: what the forward cost depends on);
-        ``context``: tokens in the KV cache before the round's forward (None: unknown).
+        ``context``: tokens in the KV cache before the round's forward (None: unknown);
+        ``source``: where the draft came from (counted in :attr:`by_source`; None: not).
         """
         depth = num_draft if depth is None else depth
         leaf = num_accepted == num_draft if leaf is None else leaf
@@ -120,6 +124,10 @@ class Ledger:
         if ceiling is not None and depth >= ceiling:
             grow(self.ceiling_stops, depth)
             self.ceiling_stops[depth - 1] += 1
+        if source is not None:
+            counts = self.by_source.setdefault(source, [0, 0])
+            counts[0] += num_draft
+            counts[1] += num_accepted
         self._timed(num_draft, draft_ms, verify_ms, context)
 
     def record_plain_step(self, *, proposed: bool = False, draft_ms: float = 0.0,
@@ -266,6 +274,8 @@ class Ledger:
             "total_ms": round(self.total_ms, 3),
             "tokens_per_s": self.tokens_per_s,
             "proposer_memory_bytes": self.proposer_memory_bytes,
+            "by_source": {src: {"draft_tokens": d, "accepted_tokens": a}
+                          for src, (d, a) in sorted(self.by_source.items())},
         }
 
     def summary(self) -> str:

@@ -28,6 +28,8 @@ from assistd.targets.base import Target
 from proposers import available, make_proposer
 from proposers.base import Proposer
 from proposers.index import HistoryIndex
+from proposers.prediction import K_MAX as PREDICTION_K_MAX
+from proposers.prediction import PredictionProposer
 
 # The plan of every generation on a remote Target: the server decodes (its own
 # speculation, or none), so the proposer asked for is not used.
@@ -108,12 +110,14 @@ class LocalDecoder:
     def run(self, prompt: list[int], plan: Plan, *, scope: str | None, max_tokens: int,
             sampling: SamplingParams = GREEDY, stop: tuple[str, ...] = (), stop_at=None,
             cancelled=None, between_rounds=None, record: bool = True,
-            owner: str = "local") -> Generation:
+            owner: str = "local", prediction: list[int] | None = None) -> Generation:
         """One generation: see :meth:`assistd.runtime.runtime.Runtime.run`."""
         t = self.target
         if len(prompt) + 1 >= t.n_ctx:
             raise InputError(f"the prompt is {len(prompt)} tokens; the context window is"
                              f" {t.n_ctx}")
+        if prediction and plan.speculative:
+            plan = self.with_prediction(plan, prediction, start=len(prompt))
         seq = self.sequences.choose(prompt, owner)
         t.use_sequence(seq)
         ceiling = plan.ceiling
@@ -140,6 +144,18 @@ class LocalDecoder:
             self.tuner.record(scope, plan.language, plan.proposer, gen.ledger)
         self.tokens_generated += len(gen.tokens)
         return gen
+
+    def with_prediction(self, plan: Plan, prediction: list[int], *, start: int) -> Plan:
+        """``plan`` drafting from a request's predicted output as well
+        (:class:`proposers.prediction.PredictionProposer`, ``plan``'s proposer as its
+        ``inner``): named ``"prediction"`` in the ledger, so the tuner keeps its
+        acceptance apart. The per-round ceiling is no tuner's: ``k`` as asked, and with
+        ``"auto"`` the range's top (64), the proposer's cost model cutting each draft
+        (a prediction's acceptance is the request's own, not the file type's)."""
+        draft = PredictionProposer(prediction, start=start, inner=plan.draft,
+                                   cost=self.tuner.cost_model())
+        k_run = PREDICTION_K_MAX if plan.k == "auto" else plan.k_run
+        return Plan("prediction", draft, plan.k, k_run, None, plan.language)
 
     def estimate(self, plan: Plan) -> dict | None:
         """With ``k="auto"``: the tuner's estimate behind its choice, as JSON."""
@@ -173,9 +189,10 @@ class RemoteDecoder:
     def run(self, prompt: list[int], plan: Plan, *, scope: str | None, max_tokens: int,
             sampling: SamplingParams = GREEDY, stop: tuple[str, ...] = (), stop_at=None,
             cancelled=None, between_rounds=None, record: bool = True,
-            owner: str = "local") -> Generation:
-        """One generation by the server; ``scope``, ``record`` and ``owner`` are unused
-        (no history, no tuner, no KV sequence here)."""
+            owner: str = "local", prediction: list[int] | None = None) -> Generation:
+        """One generation by the server; ``scope``, ``record``, ``owner`` and
+        ``prediction`` are unused (no history, no tuner, no KV sequence here; the
+        server is not sent the prediction: no OpenAI-compatible server honours it)."""
         t = self.target
         r = t.complete(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
                        stop_at=stop_at, cancelled=cancelled, between_rounds=between_rounds)

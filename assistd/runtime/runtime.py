@@ -260,7 +260,8 @@ class Runtime:
     def run(self, prompt: list[int], plan: Plan, *, scope: str | None = None,
             max_tokens: int = 64, sampling: SamplingParams = GREEDY,
             stop: tuple[str, ...] = (), stop_at=None, cancelled=None,
-            between_rounds=None, record: bool = True, owner: str = "local") -> Generation:
+            between_rounds=None, record: bool = True, owner: str = "local",
+            prediction: list[int] | None = None) -> Generation:
         """One generation after ``prompt`` (token ids) as ``plan`` says, by the
         Runtime's decoder (:mod:`assistd.runtime.decoders`). Here its counters go to the
         ledger (one transaction) and its verify times to the cost model; on a remote
@@ -271,13 +272,16 @@ class Runtime:
         ledger row belongs to. ``stop_at``, ``cancelled`` and ``between_rounds`` go to
         :func:`assistd.decoding.engine.generate` (streaming and latency budgets,
         cancellation, the daemon's preemption). ``record`` False keeps the generation
-        out of the tuner (a benchmark's plain baseline). Raises :class:`InputError` when
-        the prompt does not fit the context window.
+        out of the tuner (a benchmark's plain baseline). ``prediction``: the request's
+        predicted output (token ids, OpenAI's Predicted Outputs), drafted from beside
+        the plan's proposer when the plan drafts at all
+        (:meth:`~assistd.runtime.decoders.LocalDecoder.with_prediction`); it is never
+        stored. Raises :class:`InputError` when the prompt does not fit the context window.
         """
         return self.decoder.run(prompt, plan, scope=scope, max_tokens=max_tokens,
                                 sampling=sampling, stop=stop, stop_at=stop_at,
                                 cancelled=cancelled, between_rounds=between_rounds,
-                                record=record, owner=owner)
+                                record=record, owner=owner, prediction=prediction)
 
     def estimate(self, plan: Plan) -> dict | None:
         """With ``k="auto"``: the tuner's estimate behind its choice, as JSON."""

@@ -64,6 +64,7 @@ from assistd.serving.openai_wire import (  # noqa: F401 - re-exported: the API's
     check_chat,
     check_common,
     check_model,
+    check_prediction_tokens,
     check_prompt_bytes,
     check_prompt_tokens,
     check_proposer,
@@ -151,7 +152,8 @@ def _priority_of(req: _Common) -> int:
 
 def _usage(gen: GenerationRequest, r: GenerationResult) -> dict:
     return usage(len(gen.prompt), len(r.tokens), ledger=r.ledger, proposer=r.proposer,
-                 k=r.k, stop_reason=r.stop_reason, queue_ms=r.queue_ms)
+                 k=r.k, stop_reason=r.stop_reason, queue_ms=r.queue_ms,
+                 prediction=r.prediction)
 
 
 # -- running a generation ---------------------------------------------------------------
@@ -252,7 +254,19 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
     def fits(text: str) -> None:
         check_prompt_bytes(text, n_ctx=service.target.n_ctx, max_piece=max_piece)
 
-    def gen_request(req: _Common, prompt: list[int], max_tokens: int) -> GenerationRequest:
+    async def prediction_ids(req: _Common) -> list[int] | None:
+        """The request's prediction in the Target's token space (no BOS: it is output)."""
+        if req.prediction is None:
+            return None
+        text = _valid(req.prediction.text)
+        check_prompt_bytes(text, n_ctx=service.target.n_ctx, max_piece=max_piece,
+                           param="prediction")
+        ids = await run_in_threadpool(service.target.tokenize, text) if text else []
+        check_prediction_tokens(len(ids), n_ctx=service.target.n_ctx)
+        return ids
+
+    def gen_request(req: _Common, prompt: list[int], max_tokens: int,
+                    prediction: list[int] | None = None) -> GenerationRequest:
         n_ctx = service.target.n_ctx
         check_prompt_tokens(len(prompt), n_ctx=n_ctx)
         a = req.assistd or AssistdOptions()
@@ -261,7 +275,8 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         return GenerationRequest(
             prompt=prompt, max_tokens=max_tokens,  # the context's end stops it: "n_ctx"
             sampling=sampling_of(req), stop=tuple(s for s in stop_list(req.stop) if s),
-            proposer=a.proposer, k=a.k, scope=a.scope, language=a.language or "plaintext")
+            proposer=a.proposer, k=a.k, scope=a.scope, language=a.language or "plaintext",
+            prediction=prediction)
 
     async def prompt_ids(prompt: str | list[int]) -> list[int]:
         t = service.target
@@ -287,7 +302,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         req = parse_request(CompletionRequest, await _read_json(request, config.max_request_bytes))
         checked(req, req.max_tokens)
         ids = await prompt_ids(completion_prompt(req))
-        gen = gen_request(req, ids, req.max_tokens or 16)
+        gen = gen_request(req, ids, req.max_tokens or 16, await prediction_ids(req))
         return await _respond(service, request, req, gen, chat=False)
 
     async def chat_completions(request: Request):
@@ -302,7 +317,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         fits("".join(m["content"] for m in messages))
         ids = await run_in_threadpool(chat_prompt_ids, service.target, messages)
         default = min(config.max_tokens_limit, service.target.n_ctx)
-        gen = gen_request(req, ids, max_tokens or default)
+        gen = gen_request(req, ids, max_tokens or default, await prediction_ids(req))
         return await _respond(service, request, req, gen, chat=True)
 
     async def models(request: Request):

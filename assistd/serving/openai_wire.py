@@ -66,6 +66,28 @@ class AssistdOptions(BaseModel):
     priority: Literal["editor", "shell", "agent"] | None = None
 
 
+class PredictionPart(BaseModel):
+    """One part of a prediction's content: ``{"type": "text", "text": str}``."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["text"]
+    text: str
+
+
+class Prediction(BaseModel):
+    """OpenAI's Predicted Outputs (``prediction``): ``{"type": "content", "content":
+    str | [{"type": "text", "text": str}, ...]}``, the text the output is expected to
+    mostly copy (a file being rewritten). A draft source for its request only."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["content"]
+    content: str | list[PredictionPart]
+
+    @property
+    def text(self) -> str:
+        """The predicted text: the string, or the parts' texts joined."""
+        c = self.content
+        return c if isinstance(c, str) else "".join(p.text for p in c)
+
+
 class _Common(BaseModel):
     # strict: "5" is not a number of tokens, "yes" is not a boolean (as OpenAI answers)
     model_config = ConfigDict(extra="ignore", strict=True)
@@ -89,6 +111,7 @@ class _Common(BaseModel):
     user: str | None = Field(None, max_length=256)
     best_of: int | None = Field(None, ge=1)
     logit_bias: dict[str, float] | None = None
+    prediction: Prediction | None = None
     assistd: AssistdOptions | None = None
 
 
@@ -236,13 +259,15 @@ def check_chat(req: ChatRequest) -> None:
         raise ApiError(400, "tools (function calling) are not supported", param="tools")
 
 
-def check_prompt_bytes(text: str, *, n_ctx: int, max_piece: int) -> None:
-    """Refuse a prompt that cannot fit before tokenizing megabytes of it: a token is
-    at most ``max_piece`` bytes, so more bytes than that times n_ctx never fit."""
+def check_prompt_bytes(text: str, *, n_ctx: int, max_piece: int,
+                       param: str = "prompt") -> None:
+    """Refuse a prompt (or a prediction: ``param``) that cannot fit before tokenizing
+    megabytes of it: a token is at most ``max_piece`` bytes, so more bytes than that
+    times n_ctx never fit."""
     size = len(text.encode("utf-8", "replace"))
     if size > n_ctx * max_piece:
-        raise ApiError(400, f"the prompt is {size} bytes, more than this model's context"
-                            f" window of {n_ctx} tokens can hold", param="prompt",
+        raise ApiError(400, f"the {param} is {size} bytes, more than this model's context"
+                            f" window of {n_ctx} tokens can hold", param=param,
                        code="context_length_exceeded")
 
 
@@ -253,6 +278,15 @@ def check_prompt_tokens(n_prompt: int, *, n_ctx: int) -> None:
     if n_prompt + 1 >= n_ctx:
         raise ApiError(400, f"the prompt is {n_prompt} tokens; this model's context"
                             f" window is {n_ctx} tokens", param="prompt",
+                       code="context_length_exceeded")
+
+
+def check_prediction_tokens(n_prediction: int, *, n_ctx: int) -> None:
+    """A tokenized prediction: at most the context window (a longer one could never be
+    copied whole: the output ends at the window's end)."""
+    if n_prediction > n_ctx:
+        raise ApiError(400, f"the prediction is {n_prediction} tokens; this model's context"
+                            f" window is {n_ctx} tokens", param="prediction",
                        code="context_length_exceeded")
 
 
@@ -288,15 +322,25 @@ def response_id(chat: bool) -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int, *, ledger: dict, proposer: str,
-          k: int | str, stop_reason: str, queue_ms: float) -> dict:
-    """``{"prompt_tokens", "completion_tokens", "total_tokens", "assistd": {"ledger",
-    "proposer", "k", "stop_reason", "queue_ms"}}``: OpenAI's usage plus the generation's
-    ledger. ``prompt_tokens`` and ``completion_tokens`` are the ids counted here; for a
-    remote Target they are :func:`remote_counts`'."""
+          k: int | str, stop_reason: str, queue_ms: float,
+          prediction: tuple[int, int] | None = None) -> dict:
+    """``{"prompt_tokens", "completion_tokens", "total_tokens",
+    "completion_tokens_details", "assistd": {"ledger", "proposer", "k", "stop_reason",
+    "queue_ms"}}``: OpenAI's usage plus the generation's ledger. ``prompt_tokens`` and
+    ``completion_tokens`` are the ids counted here; for a remote Target they are
+    :func:`remote_counts`'. ``completion_tokens_details`` has OpenAI's
+    ``accepted_prediction_tokens`` and ``rejected_prediction_tokens`` (``prediction``:
+    prediction tokens that did and did not appear in the completion; 0 and 0 without
+    one) and ``reasoning_tokens`` 0; the drafts behind them are the ledger's
+    ``by_source["prediction"]``."""
     if ledger.get("target") == "remote":
         prompt_tokens, completion_tokens = remote_counts(ledger)
+    accepted, rejected = prediction or (0, 0)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens_details": {"reasoning_tokens": 0,
+                                          "accepted_prediction_tokens": accepted,
+                                          "rejected_prediction_tokens": rejected},
             "assistd": {"ledger": ledger, "proposer": proposer, "k": k,
                         "stop_reason": stop_reason, "queue_ms": queue_ms}}
 

@@ -21,6 +21,7 @@ from assistd.serving.config import Config
 from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.scheduler import AGENT, EDITOR, SHELL, Scheduler
+from proposers.prediction import prediction_usage
 
 log = logging.getLogger("assistd.service")
 
@@ -37,6 +38,9 @@ class GenerationRequest:
     on_text:   called on the engine thread with each new piece of text (streaming);
                text that may begin a stop string is held back until it cannot.
     cancel:    set it to stop the generation before its next round.
+    prediction: the request's predicted output (token ids; OpenAI's Predicted Outputs),
+               a draft source for this request only: never stored, never logged (kept
+               out of ``repr``).
     """
 
     prompt: list[int]
@@ -50,6 +54,7 @@ class GenerationRequest:
     owner: str = "api"  # who asks (labels its KV sequence in status)
     on_text: Callable[[str], None] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    prediction: list[int] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -61,6 +66,8 @@ class GenerationResult:
     proposer: str
     k: int | str
     queue_ms: float
+    # (accepted, rejected) prediction tokens as OpenAI counts them; None: no prediction
+    prediction: tuple[int, int] | None = None
 
     @property
     def finish_reason(self) -> str:
@@ -199,15 +206,20 @@ class Service:
         gen = rt.run(req.prompt, plan, scope=scope, max_tokens=req.max_tokens,
                      sampling=req.sampling, stop=req.stop, stop_at=streamer,
                      cancelled=req.cancel.is_set, between_rounds=self.scheduler.preempt,
-                     owner=req.owner)
+                     owner=req.owner, prediction=req.prediction)
         if streamer is not None:
             streamer.finish(gen.text)
         self.generations_cancelled += gen.stop_reason == "cancelled"
+        used = req.prediction is not None
         return GenerationResult(text=gen.text, tokens=gen.tokens, stop_reason=gen.stop_reason,
-                                ledger=gen.ledger.as_dict(), proposer=plan.proposer,
+                                ledger=gen.ledger.as_dict(),
+                                proposer="prediction" if used and plan.speculative
+                                and not rt.remote else plan.proposer,
                                 # a remote Target drafts nothing: 0, as its plan says
                                 k=plan.k if plan.speculative or rt.remote else parse_k(k),
-                                queue_ms=round(queue_ms, 2))
+                                queue_ms=round(queue_ms, 2),
+                                prediction=prediction_usage(req.prediction, gen.tokens)
+                                if used else None)
 
     def complete_at(self, args: dict) -> Future:
         """``assistd complete`` through the daemon: :func:`assistd.runtime.session.complete_at`
