@@ -1,0 +1,130 @@
+"""The model's part of fast apply: the prompt that merges a lazy snippet, and its answer.
+
+A lazy snippet (``// ... existing code ...``) cannot be applied by rule: something must
+decide where its lines go. The model is asked for the complete updated file inside one
+code fence, and it is given the original file as its predicted output (OpenAI's
+Predicted Outputs): most of the answer copies the file, so most of it is drafted from
+the prediction and verified in batches, not decoded token by token.
+:func:`prediction_text` is that prediction, spelled exactly as an unchanged answer
+would be (the fence included), so the draft lines up with the answer from its first
+token.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from assistd.ground.errors import InputError
+
+SYSTEM = (
+    "You merge an edit into a source file. You are given the file and an edit snippet"
+    " that shows only the changed code; comments such as '... existing code ...' stand"
+    " for unchanged lines of the file. Reply with the complete updated file and nothing"
+    " else, inside one code fence: every line the snippet does not change copied"
+    " exactly, the snippet's changes put where they belong, and no elision comments"
+    " left in.")
+_FENCE_RE = re.compile(r"^(`{3,}|~{3,})[^`]*$")
+
+
+@dataclass(frozen=True)
+class MergeJob:
+    """What a model callable gets for one merge. ``messages``: the chat
+    (:func:`merge_prompt`); ``prediction``: the predicted output text
+    (:func:`prediction_text`). The callable tokenizes both, so it also sizes the answer
+    (:func:`answer_budget`). The other fields are for a caller with a prompt of its own."""
+
+    path: str
+    language: str
+    original: str
+    snippet: str
+    instruction: str
+    messages: list[dict]
+    prediction: str
+
+
+@dataclass(frozen=True)
+class ModelRewrite:
+    """A model callable's answer: ``text``, the assistant message as generated (the
+    fenced file; :func:`extract_code` takes the file out); ``usage``: its counts as the
+    engine reports them (OpenAI's names: ``prompt_tokens``, ``completion_tokens``,
+    ``accepted_prediction_tokens``, ``rejected_prediction_tokens``, ...)."""
+
+    text: str
+    usage: dict = field(default_factory=dict)
+
+
+# (job) -> answer; the daemon's or the in-process Runtime's chat with prediction=.
+ModelFn = Callable[[MergeJob], ModelRewrite]
+
+
+def fence_for(*texts: str) -> str:
+    """A backtick fence longer than any run of backticks at a line start in ``texts``
+    (at least three), so a file holding fences of its own stays inside one.
+
+    >>> fence_for("x = 1"), fence_for("```py\\nx\\n```")
+    ('```', '````')
+    """
+    longest = max((len(m.group(1)) for t in texts
+                   for m in re.finditer(r"^\s*(`{3,})", t, re.MULTILINE)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _fenced(fence: str, language: str, text: str) -> str:
+    tag = "" if language == "plaintext" else language
+    return f"{fence}{tag}\n{text}{'' if text.endswith(chr(10)) or not text else chr(10)}{fence}"
+
+
+def prediction_text(language: str, original: str, snippet: str = "") -> str:
+    """The answer the model would give if the edit changed nothing: ``original`` in the
+    fence :func:`merge_prompt` asks for (the predicted output)."""
+    return _fenced(fence_for(original, snippet), language, original)
+
+
+def merge_prompt(path: str, language: str, original: str, snippet: str,
+                 instruction: str = "") -> list[dict]:
+    """The chat messages ``[{"role", "content"}]`` (system, user) that ask for the
+    complete updated file only, inside one code fence. ``path``: the file as the agent
+    named it (relative to its repository); ``language``: its LSP language id;
+    ``instruction``: the agent's one-line intent ("add error handling"), optional."""
+    fence = fence_for(original, snippet)
+    parts = [f"File {path}:", _fenced(fence, language, original)]
+    if instruction.strip():
+        parts.append(f"Instruction: {instruction.strip()}")
+    parts += ["Edit snippet:", _fenced(fence, language, snippet),
+              f"Write the complete updated {path} in one {fence} fence."]
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def extract_code(text: str) -> str:
+    """The file out of a model's answer: the body of its first code fence (``` or ~~~,
+    any info string), closed by a fence line of the same character at least as long.
+    An answer with no fence at all is taken whole. The body ends in a newline.
+
+    Raises :class:`InputError` when a fence opens and never closes (the answer was cut
+    off, e.g. at max_tokens): a partial file must not pass for the whole one.
+
+    >>> extract_code("Here:\\n```python\\nx = 1\\n```\\nDone.")
+    'x = 1\\n'
+    """
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        m = _FENCE_RE.match(line.strip())
+        if not m:
+            continue
+        fence = m.group(1)
+        for j in range(i + 1, len(lines)):
+            s = lines[j].strip()
+            if s and set(s) == {fence[0]} and len(s) >= len(fence):
+                body = lines[i + 1:j]
+                return "\n".join(body) + ("\n" if body else "")
+        raise InputError("the model's answer opens a code fence and never closes it (cut off"
+                         " at its token limit?); the file was not merged")
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def answer_budget(original_tokens: int, snippet_tokens: int) -> int:
+    """Tokens to allow the merged answer: the file, the snippet's additions, the fence,
+    and a margin (the merged file is rarely longer than both together)."""
+    return original_tokens + snippet_tokens + 16 + original_tokens // 8

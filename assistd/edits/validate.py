@@ -1,0 +1,171 @@
+"""Does a text still parse for its language? The check an edit's result gets, before and after.
+
+Parsers, by the file's LSP language id (:func:`assistd.ground.languages.language_id`):
+Python ``ast.parse`` (the grammar of the Python running assistd: a file using newer
+syntax fails before and after alike), JSON ``json`` (``.jsonl``: each line), TOML
+``tomllib``, YAML ``yaml.safe_load_all`` (multi-document files). Other languages go to
+tree-sitter when ``tree_sitter_language_pack`` is importable; it is not a dependency, so
+without it they come back unchecked, with the reason. A leading UTF-8 BOM is ignored
+(Python's and JSON's readers drop it too).
+
+The signal for an edit is the pair: a file that parsed before and does not after
+(:func:`broke`). A file that did not parse before says nothing about the edit.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import PurePath
+
+from assistd.ground.languages import language_id
+
+# LSP language id -> tree-sitter-language-pack's grammar name, for the optional fallback.
+TREE_SITTER = {
+    "javascript": "javascript", "javascriptreact": "javascript", "typescript": "typescript",
+    "typescriptreact": "tsx", "c": "c", "cpp": "cpp", "csharp": "csharp", "go": "go",
+    "rust": "rust", "java": "java", "kotlin": "kotlin", "scala": "scala", "swift": "swift",
+    "ruby": "ruby", "php": "php", "lua": "lua", "shellscript": "bash", "html": "html",
+    "css": "css", "scss": "scss", "haskell": "haskell", "ocaml": "ocaml", "elixir": "elixir",
+    "julia": "julia", "dart": "dart", "zig": "zig", "sql": "sql", "hcl": "hcl",
+    "terraform": "hcl", "xml": "xml", "jsonc": "json", "dockerfile": "dockerfile",
+    "makefile": "make", "cmake": "cmake", "proto": "proto", "graphql": "graphql",
+}
+PLAIN = ("plaintext", "markdown", "restructuredtext", "ignore", "diff")
+_TOML_AT = re.compile(r"^(.*) \(at line (\d+), column (\d+)\)$")
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One parse check. ``checked``: a parser ran; ``ok``: it accepted the text (None
+    when unchecked); ``language``: the LSP language id; ``error``: ``"line N: message"``
+    when ``ok`` is False; ``reason``: why it was not checked."""
+
+    checked: bool
+    ok: bool | None
+    language: str
+    error: str | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def broke(before: Validation, after: Validation) -> bool:
+    """Whether an edit broke the file: it parsed before and does not after."""
+    return before.ok is True and after.ok is False
+
+
+def _python(text: str) -> str | None:
+    try:
+        ast.parse(text)
+    except SyntaxError as e:
+        return f"line {e.lineno or 1}: {e.msg}"
+    return None
+
+
+def _json(text: str) -> str | None:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"line {e.lineno}: {e.msg} (column {e.colno})"
+    return None
+
+
+def _json_lines(text: str) -> str | None:
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                json.loads(line)
+            except json.JSONDecodeError as e:
+                return f"line {n}: {e.msg} (column {e.colno})"
+    return None
+
+
+def _toml(text: str) -> str | None:
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = _TOML_AT.match(str(e))  # Python 3.11's message: "What (at line N, column M)"
+        if m:
+            return f"line {m.group(2)}: {m.group(1)} (column {m.group(3)})"
+        return f"line {text.count(chr(10)) + 1}: {e}"  # "(at end of document)"
+    return None
+
+
+def _yaml(text: str) -> str | None:
+    import yaml
+
+    try:
+        for _ in yaml.safe_load_all(text):
+            pass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        what = e.problem or e.context or "invalid YAML"
+        return f"line {mark.line + 1 if mark else 1}: {what}"
+    except yaml.YAMLError as e:
+        return f"line 1: {e}"
+    return None
+
+
+def _tree_sitter(text: str, grammar: str) -> str | None:
+    """The first ERROR or MISSING node's line and text, or None when the tree is clean.
+    Raises ImportError when tree_sitter_language_pack is not installed."""
+    from tree_sitter_language_pack import get_parser
+
+    root = get_parser(grammar).parse(text.encode("utf-8")).root_node
+    if not root.has_error:
+        return None
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_missing:
+            return f"line {node.start_point[0] + 1}: missing {node.type}"
+        if node.is_error:
+            near = node.text.decode("utf-8", "replace").strip().splitlines()
+            return f"line {node.start_point[0] + 1}: syntax error near {(near or [''])[0][:40]!r}"
+        stack.extend(reversed([c for c in node.children if c.has_error or c.is_missing]))
+    return f"line 1: syntax error ({grammar})"
+
+
+_CHECKS = {"python": _python, "json": _json, "toml": _toml, "yaml": _yaml}
+
+
+def validate(text: str, path: str | PurePath) -> Validation:
+    """Parse ``text`` as the language of ``path``'s name (the file is not read).
+
+    Returns a :class:`Validation`; never raises for bad input (a parser's error is the
+    answer). Unchecked: plain text and markup with no grammar to hold, and languages
+    without a parser here (the reason names the missing package).
+
+    >>> validate("x = (1,\\n", "a.py").error
+    "line 1: '(' was never closed"
+    >>> validate("{}", "a.json").ok, validate("hi", "notes.txt").checked
+    (True, False)
+    """
+    language = language_id(path)
+    text = text.removeprefix("\ufeff")
+    if PurePath(path).suffix.lower() == ".jsonl":
+        check = _json_lines
+    else:
+        check = _CHECKS.get(language)
+    if check is None and language in PLAIN:
+        return Validation(False, None, language, reason=f"{language}: no grammar to check")
+    try:
+        if check is not None:
+            error = check(text)
+        elif language in TREE_SITTER:
+            error = _tree_sitter(text, TREE_SITTER[language])
+        else:
+            return Validation(False, None, language, reason=f"no parser for {language}")
+    except ImportError:
+        return Validation(False, None, language, reason=(
+            f"no parser for {language} here: tree-sitter-language-pack is not installed"))
+    except (RecursionError, MemoryError):  # nesting too deep for the parser
+        return Validation(False, None, language, reason="too deeply nested to parse")
+    except ValueError as e:  # e.g. ast's "source code string cannot contain null bytes"
+        return Validation(True, False, language, error=f"line 1: {e}")
+    return Validation(True, error is None, language, error=error)
