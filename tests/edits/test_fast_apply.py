@@ -174,8 +174,8 @@ def test_routing_snippets_go_to_the_model_and_blocks_never_do(repo):
 def test_merge_prompt_asks_for_the_whole_file_in_one_fence():
     """System then user; the user message holds the file and the snippet in fences longer
     than any fence inside them, the instruction, and the request for the whole file."""
-    msgs = merge_prompt("README.md", "markdown", "# T\n```sh\nls\n```\n", "# ... existing code ...\n",
-                        "add a line")
+    msgs = merge_prompt("README.md", "markdown", "# T\n```sh\nls\n```\n",
+                        "# ... existing code ...\n", "add a line")
     assert [m["role"] for m in msgs] == ["system", "user"]
     assert "complete updated file" in msgs[0]["content"]
     user = msgs[1]["content"]
