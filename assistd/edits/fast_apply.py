@@ -25,7 +25,8 @@ from assistd.edits.blocks import (
     BlockResult, apply_blocks, check_filenames, has_blocks, lazy_markers, parse_blocks,
 )
 from assistd.edits.merge import (  # noqa: F401 - re-exported: the model path's parts
-    MergeJob, ModelFn, ModelRewrite, extract_code, merge_prompt, prediction_text,
+    MergeJob, ModelFn, ModelRewrite, extract_code, merge_prompt, merge_warnings,
+    prediction_text,
 )
 from assistd.edits.validate import Validation, broke, validate
 from assistd.ground.errors import InputError
@@ -199,16 +200,7 @@ def _merge(src: SourceFile, snippet: str, instruction: str, model: ModelFn | Non
                    prediction=prediction_text(src.language, src.text, snippet))
     answer = model(job)
     new = _like(src.text, extract_code(answer.text))
-    warnings = []
-    before = {t for _, t in lazy_markers(src.text, src.language)}
-    left = [t for _, t in lazy_markers(new, src.language) if t not in before]
-    if left:
-        warnings.append(f"the merged file still holds elision comments ({left[0]!r}): the"
-                        " model did not fill them in")
-    if src.text.count("\n") >= 10 and new.count("\n") < src.text.count("\n") // 2:
-        warnings.append(f"the merged file has {new.count(chr(10))} lines, the original"
-                        f" {src.text.count(chr(10))}: the model may have dropped code")
-    return new, dict(answer.usage), warnings
+    return new, dict(answer.usage), merge_warnings(src.text, snippet, new, src.language)
 
 
 def apply_edit(path: str | os.PathLike, edit: str, *, scope: str | os.PathLike,

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from assistd.edits.blocks import lazy_markers
 from assistd.ground.errors import InputError
 
 SYSTEM = (
@@ -128,3 +129,34 @@ def answer_budget(original_tokens: int, snippet_tokens: int) -> int:
     """Tokens to allow the merged answer: the file, the snippet's additions, the fence,
     and a margin (the merged file is rarely longer than both together)."""
     return original_tokens + snippet_tokens + 16 + original_tokens // 8
+
+
+def merge_warnings(original: str, snippet: str, merged: str, language: str) -> list[str]:
+    """What looks wrong in a model's merge without being an error, checked by rule: the
+    file given back unchanged, code lines of the snippet (elision lines aside) missing
+    from the result, elision comments left in it, or half the file gone.
+
+    >>> merge_warnings("a = 1\\n", "# ...\\nb = 2\\n", "a = 1\\n", "python")
+    ['the model gave the file back unchanged: the snippet was not merged']
+    """
+    out = []
+    elided = {n for n, _ in lazy_markers(snippet, language)}
+    code = [line.strip() for n, line in enumerate(snippet.splitlines(), 1)
+            if line.strip() and n not in elided]
+    present = {line.strip() for line in merged.splitlines()}
+    missing = [line for line in code if line not in present]
+    if merged == original:
+        out.append("the model gave the file back unchanged: the snippet was not merged")
+    elif missing:
+        out.append(f"{len(missing)} of the snippet's {len(code)} code lines are not in the"
+                   f" merged file (first: {missing[0][:60]!r}): the merge looks wrong")
+    had = {t for _, t in lazy_markers(original, language)}
+    left = [t for _, t in lazy_markers(merged, language) if t not in had]
+    if left:
+        out.append(f"the merged file still holds elision comments ({left[0]!r}): the model"
+                   " did not fill them in")
+    n_old, n_new = original.count("\n"), merged.count("\n")
+    if n_old >= 10 and n_new < n_old // 2:
+        out.append(f"the merged file has {n_new} lines, the original {n_old}: the model may"
+                   " have dropped code")
+    return out

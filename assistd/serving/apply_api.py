@@ -21,7 +21,9 @@ a refused file, a block that does not apply, a cut-off answer are 400s.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from pathlib import Path
 from typing import Literal
 
@@ -97,9 +99,10 @@ def _answer(text: str, stop_reason: str, stop: str) -> str:
     return text + stop if stop_reason == "stop" else text
 
 
-def daemon_model(service) -> ModelFn:
+def daemon_model(service, cancel: threading.Event | None = None) -> ModelFn:
     """A model callable on the daemon: each merge is one generation queued at agent
-    priority; call it from a worker thread (it waits for the result)."""
+    priority; call it from a worker thread (it waits for the result). ``cancel``: set
+    it to stop the generation before its next round (the client hung up)."""
     from assistd.runtime.chat import chat_prompt_ids
     from assistd.serving.service import GenerationRequest
 
@@ -107,7 +110,8 @@ def daemon_model(service) -> ModelFn:
         prompt, prediction, max_tokens, stop = merge_generation(service.target, job,
                                                                 chat_prompt_ids)
         gen = GenerationRequest(prompt=prompt, max_tokens=max_tokens, stop=(stop,),
-                                language=job.language, owner=OWNER, prediction=prediction)
+                                language=job.language, owner=OWNER, prediction=prediction,
+                                cancel=cancel or threading.Event())
         r = service.generate(gen, AGENT, "apply").result()
         return ModelRewrite(_answer(r.text, r.stop_reason, stop), usage(
             len(prompt), len(r.tokens), ledger=r.ledger, proposer=r.proposer, k=r.k,
@@ -155,6 +159,16 @@ def apply_endpoint(service, read_json):
 
     async def apply(request):
         body = await read_json(request, service.config.max_request_bytes)
-        return JSONResponse(await run_in_threadpool(apply_request, body, daemon_model(service)))
+        cancel = threading.Event()
+        task = asyncio.ensure_future(run_in_threadpool(apply_request, body,
+                                                       daemon_model(service, cancel)))
+        try:  # a client that hangs up stops the merge within a round, as for completions
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.25)
+                if not task.done() and await request.is_disconnected():
+                    cancel.set()
+            return JSONResponse(await task)
+        finally:
+            cancel.set()
 
     return apply

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from assistd.edits.fast_apply import (
-    ModelRewrite, apply_edit, extract_code, merge_prompt, prediction_text, read_source,
-    unified_diff,
+    ModelRewrite, apply_edit, extract_code, merge_prompt, merge_warnings, prediction_text,
+    read_source, unified_diff,
 )
 from assistd.ground.errors import InputError
 from tests.conftest import make_repo
@@ -166,7 +166,7 @@ def test_routing_snippets_go_to_the_model_and_blocks_never_do(repo):
                                         "indent the saved JSON")
     assert r.method == "model" and r.lazy_markers == [(1, "# ... existing code ...")]
     assert r.usage == {"completion_tokens": 60, "accepted_prediction_tokens": 55}
-    assert "+        json.dump(data, f, indent=2)" in r.diff and r.after.ok
+    assert "+        json.dump(data, f, indent=2)" in r.diff and r.after.ok and r.warnings == []
     with pytest.raises(InputError, match="merging it needs the model"):
         apply_edit("app.py", snippet, scope=repo)
 
@@ -282,3 +282,19 @@ def test_read_source_reports_the_path_relative_to_the_scope(repo):
     """An absolute path inside the scope comes back relative, with its language."""
     src = read_source(repo / "app.py", repo)
     assert (src.rel, src.language, src.text) == ("app.py", "python", APP)
+
+
+def test_merge_warnings_catch_what_a_weak_merge_does():
+    """The rule checks on a model's merge: the snippet's code missing from the result,
+    an elision comment copied into it, half the file dropped, and a clean merge silent."""
+    original = "".join(f"x{i} = {i}\n" for i in range(12))
+    snippet = "# ... existing code ...\nx11 = 11\ny = 2\n"
+    good = original + "y = 2\n"
+    assert merge_warnings(original, snippet, good, "python") == []
+    lost = merge_warnings(original, snippet, original.replace("x3 = 3\n", ""), "python")
+    assert lost == ["1 of the snippet's 2 code lines are not in the merged file (first:"
+                    " 'y = 2'): the merge looks wrong"]
+    left = merge_warnings(original, snippet, "# ... existing code ...\nx11 = 11\ny = 2\n",
+                          "python")
+    assert any("still holds elision comments" in w for w in left)
+    assert any("the merged file has 3 lines, the original 12" in w for w in left)
