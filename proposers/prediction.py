@@ -20,8 +20,11 @@ as the request's ``prediction`` (OpenAI's ``{"type": "content", "content": ...}`
 The prediction is the user's claim, not a statistic, so its drafts carry an estimate
 that grows with the run of output tokens that agreed with it since the place was last
 found: token j of a draft after a run of m tokens is trusted
-``(PRIOR + m + j) / (PRIOR + m + j + DOUBT)`` (the live-context prior of
-:mod:`proposers.suffix` in shape). With the Target's cost model the draft is cut to the
+``(PRIOR + m + j) / (PRIOR + m + j + DOUBT * (1 + misses))`` (the live-context prior of
+:mod:`proposers.suffix` in shape), ``misses`` counting the places lost since a run last
+reached :data:`SURE_MATCH` tokens: in a short, repetitive file every re-found place can
+be wrong (a .gitignore's lines), and each miss makes the next draft shorter until the
+output agrees with the prediction again. With the Target's cost model the draft is cut to the
 length that maximises expected committed tokens per ms (:func:`proposers.suffix.best_length`),
 and the other proposer of the request (``inner``: suffix over the context and the
 history) competes under the same cost: the round drafts whichever of the two promises
@@ -86,6 +89,7 @@ class PredictionProposer(Proposer):
         self.pos: int | None = 0  # next prediction token the output should copy; None: lost
         self.lost_at = 0  # where the place was last lost (re-finding looks forward from it)
         self.run = 0  # output tokens that agreed with the prediction since it was found
+        self.misses = 0  # places lost since a run last reached sure_match tokens
         self.seen = 0  # output tokens already followed
         # What happened, for the closing table and tests: place losses and re-finds.
         self.losses = 0
@@ -116,10 +120,13 @@ class PredictionProposer(Proposer):
             if agree == len(new):
                 self.pos += agree
                 self.run += agree
+                if self.run >= self.sure_match:
+                    self.misses = 0
                 return
             self.lost_at = min(self.pos + agree, n)
             self.pos, self.run = None, 0
             self.losses += 1
+            self.misses += 1
         self._refind(output)
 
     def _refind(self, output: np.ndarray) -> None:
@@ -160,7 +167,8 @@ class PredictionProposer(Proposer):
             return None
         tokens = self.prediction[self.pos: self.pos + min(k, K_MAX)]
         m = self.prior + self.run + np.arange(len(tokens))
-        return Draft(tokens=tokens.copy(), probs=m / (m + self.doubt), source="prediction",
+        doubt = self.doubt * (1 + self.misses)
+        return Draft(tokens=tokens.copy(), probs=m / (m + doubt), source="prediction",
                      match_len=self.run)
 
     def propose(self, context: np.ndarray, k: int, *, scope: str | None = None,

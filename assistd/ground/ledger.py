@@ -191,6 +191,10 @@ class Ledger:
             grow(mine, len(theirs))
             for i, x in enumerate(theirs):
                 mine[i] += weight * x
+        for src, (d, a) in other.by_source.items():
+            counts = self.by_source.setdefault(src, [0, 0])
+            counts[0] += weight * d
+            counts[1] += weight * a
 
     def scaled(self, factor: float) -> Ledger:
         """A copy of the decode counters times ``factor`` (decay)."""

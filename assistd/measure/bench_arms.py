@@ -42,10 +42,14 @@ def arms_for(proposers: Sequence[str], k: int | str, *, library_peer: str | None
     :func:`assistd.measure.replay.tree_arms`), ``draft_model`` when a draft is given,
     and the library peer named ``library_peer``. Raises :class:`InputError` for an
     unknown arm."""
+    from assistd.measure.bench_rewrite import is_prediction_arm
     from assistd.measure.replay import split_arm, tree_arms
 
     arms = [Arm("plain", "plain", None, 0)]
     arms += [Arm(f"plain:{m}", "plain", None, 0, numerics=m) for m in companions]
+    # The prediction arms draft from each case's prediction (the rewrite workload).
+    arms += [Arm(n, "prediction", n, k) for n in proposers if is_prediction_arm(n)]
+    proposers = [n for n in proposers if not is_prediction_arm(n)]
     for name in tree_arms(proposers, tree):
         proposer, is_tree = split_arm(name)
         if proposer == "draft_model" and not draft_model:

@@ -193,6 +193,17 @@ def print_ledger(report: dict, console=None) -> None:
                 match.append(" " + differs, style="bold red")
             table.add_row(*(Text(c) for c in _row(arm, trees)), match)
         console.print(table)
+        if w.get("rewrite"):
+            headers, rows = rewrite_table(w["rewrite"])
+            table = Table(title=f"{w.get('name', '?')}: per case (speedup over"
+                          f" {w.get('baseline', 'plain')}; oracle: see docs/edits.md)",
+                          title_justify="left")
+            for col in headers:
+                table.add_column(col, justify="left" if col in ("case", "kind") else "right",
+                                 overflow="fold")
+            for row in rows:
+                table.add_row(*(Text(c) for c in row))
+            console.print(table)
     if not report.get("workloads"):
         console.print("no workloads in the report")
     for warning in report.get("warnings") or []:
@@ -201,6 +212,30 @@ def print_ledger(report: dict, console=None) -> None:
     console.print(Text(LEGEND + (TREE_LEGEND if trees else ""), style="dim"))
     console.print(Text(f"{_machine_line(report)}; {_target_line(report)}\n"
                        f"{_settings_line(report)}"))
+
+
+def rewrite_table(rewrite: dict) -> tuple[list[str], list[list[str]]]:
+    """The rewrite workload's table: a row per case (kind, overlap, each arm's speedup,
+    the oracle's, the prediction arms' ratio to it, place losses / re-finds of the
+    prediction+suffix arm), then a row per kind with the geometric means."""
+    cases = rewrite.get("cases") or []
+    arms = [n for n in (cases[0]["speedup"] if cases else {}) if not n.startswith("plain")]
+    pred = [n for n in arms if n.startswith("prediction")]
+    headers = (["case", "kind", "overlap", "tokens"] + arms + ["oracle"]
+               + [f"{n} / oracle" for n in pred] + ["lost / found"])
+    rows = []
+    for c in cases:
+        place = (c.get("place") or {}).get("prediction+suffix") or (
+            c.get("place") or {}).get("prediction") or {}
+        rows.append([c["case"][-40:], c["kind"], _f(c.get("overlap")), str(c["output_tokens"])]
+                    + [_f(c["speedup"].get(n)) for n in arms] + [_f(c.get("oracle_speedup"))]
+                    + [_f(c["to_oracle"].get(n)) for n in pred]
+                    + [f"{place.get('losses', '-')} / {place.get('refinds', '-')}"])
+    for kind, s in (rewrite.get("summary") or {}).items():
+        rows.append([f"geomean ({s['cases']} cases)", kind, _f(s.get("overlap_mean")), ""]
+                    + [_f(s["speedup_gmean"].get(n)) for n in arms] + [_f(s.get("oracle_gmean"))]
+                    + [_f(s["to_oracle"].get(n)) for n in pred] + [""])
+    return headers, rows
 
 
 def _md_cell(text: str) -> str:
@@ -229,6 +264,12 @@ def ledger_markdown(report: dict, level: int = 3) -> str:
             head, differs = _match(arm)
             cells = _row(arm, trees) + [head + (f" **{differs}**" if differs else "")]
             lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
+        if w.get("rewrite"):
+            headers, rows = rewrite_table(w["rewrite"])
+            lines += ["", "| " + " | ".join(headers) + " |",
+                      "|" + "|".join("---" if h in ("case", "kind") else "---:"
+                                     for h in headers) + "|"]
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     any_trees = any(_has_trees(w) for w in report.get("workloads") or [])
     lines += ["", LEGEND + (TREE_LEGEND if any_trees else "") + "."]
     return "\n".join(lines) + "\n"

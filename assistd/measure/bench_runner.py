@@ -19,6 +19,8 @@ from assistd.measure.bench_arms import Arm
 from assistd.measure.bench_ledger import ArmTotals, arm_row, measured_t
 from assistd.measure.bench_workloads import Case, Workload
 from assistd.runtime.runtime import Plan, Runtime, index_width
+from proposers.prediction import K_MAX as PREDICTION_K_MAX
+from proposers.prediction import PredictionProposer
 
 
 def _short(name: str, width: int = 48) -> str:
@@ -40,6 +42,7 @@ class Bench:
         self.max_nodes = max_nodes
         self.companions = companions or {}
         self._shapes: dict[str, list[tuple[int, int]]] = {}  # per arm, this case's first run
+        self._place: dict[str, dict] = {}  # per prediction arm, this case's first run
         self.target, self.arms, self.max_tokens, self.repeats = target, list(arms), max_tokens, repeats
         self.cost, self.peer, self.draft = cost, library_peer, draft
         self.seed = seed
@@ -53,7 +56,7 @@ class Bench:
         """Every proposer arm's proposer over ``scope_index``, priced by the startup
         calibration (a tuned arm's generations get fresh ones, :meth:`_run`)."""
         return {arm.name: self._proposer(arm, scope_index, self.cost)
-                for arm in self.arms if arm.proposer is not None}
+                for arm in self.arms if arm.proposer is not None and arm.kind != "prediction"}
 
     def _proposer(self, arm: Arm, scope_index, cost):
         from assistd.runtime.runtime import proposer_options
@@ -88,21 +91,30 @@ class Bench:
         proposers = self._proposers(index)
         totals = {a.name: ArmTotals() for a in self.arms}
         n_arms = len(self.arms)
+        details = []  # per case with a prediction: the rewrite table's raw figures
         for ci, case in enumerate(w.cases):
             put(case.seed)
             self._prefill(case)
             self._warm(proposers, case, scope)
             first: dict[str, list[int]] = {}
+            per_case = {a.name: [0, 0.0] for a in self.arms}
             self._shapes = {}
+            self._place = {}
             for r in range(self.repeats):
                 shift = (ci * self.repeats + r) % n_arms
                 for arm in self.arms[shift:] + self.arms[:shift]:
                     tokens, committed, decode_ms, ledger = self._run(
                         arm, case, proposers.get(arm.name), rt, scope)
                     totals[arm.name].add(r, committed, decode_ms, ledger)
+                    per_case[arm.name][0] += committed
+                    per_case[arm.name][1] += decode_ms
                     first.setdefault(arm.name, tokens)
                     self.progress(f"{w.name}: {_short(case.name)}", 1)
             self._match(case, first, totals)
+            if case.prediction is not None:
+                details.append({"case": case.name, "kind": case.kind, "output": first["plain"],
+                                "prediction": case.prediction, "arms": per_case,
+                                "place": self._place})
         for arm in self.arms:
             if arm.kind == "peer-library":
                 totals[arm.name].extra_memory_bytes = self.peer.memory_bytes
@@ -123,7 +135,16 @@ class Bench:
             "k_max": K_MAX, "baseline": self.baseline,
             "t_ms": {str(n): round(t_ms(n), 3) for n in (1, 2, 3, 4, 6, 8, 12, 16)},
             "arms": [arm_row(a, totals[a.name], baseline, plain, t_ms) for a in self.arms],
+            **(self._rewrite_rows(details, t_ms) if details else {}),
         }
+
+    def _rewrite_rows(self, details: list[dict], t_ms) -> dict:
+        """The rewrite table (:func:`assistd.measure.bench_rewrite.case_rows`) and its
+        summary per case kind, against the baseline arm."""
+        from assistd.measure.bench_rewrite import case_rows, summary
+
+        rows = case_rows(details, t_ms, self.baseline)
+        return {"rewrite": {"cases": rows, "summary": summary(rows)}}
 
     @property
     def baseline(self) -> str:
@@ -165,7 +186,9 @@ class Bench:
             # by the tuner's cost model, learned from this loop's forwards (measured on 2
             # cores: 8-10% dearer than the startup calibration's back-to-back forwards).
             proposer = self._proposer(arm, rt.index, rt.tuner.cost_model())
-        if proposer is None:
+        if arm.kind == "prediction":
+            plan = self._prediction_plan(arm, case, rt)
+        elif proposer is None:
             plan = Plan("none", None, 0, 0, None, case.language)
         elif arm.k == "auto":
             plan = Plan(arm.proposer, proposer, "auto", K_MAX,
@@ -176,7 +199,29 @@ class Bench:
         g = rt.run(case.prompt, plan, scope=scope, max_tokens=self.max_tokens,
                    record=arm.kind == "proposer" and arm.k == "auto")
         self._shapes.setdefault(arm.name, g.shapes)
+        if arm.kind == "prediction" and isinstance(plan.draft, PredictionProposer):
+            self._place.setdefault(arm.name, {"losses": plan.draft.losses,
+                                              "refinds": plan.draft.refinds})
         return g.tokens, g.ledger.committed_tokens, g.ledger.decode_ms, g.ledger
+
+    def _prediction_plan(self, arm: Arm, case: Case, rt: Runtime) -> Plan:
+        """A prediction arm's plan, as the API runs a request with a prediction
+        (:meth:`assistd.runtime.decoders.LocalDecoder.with_prediction`): the case's
+        prediction, with suffix inside for ``prediction+suffix``; without a prediction
+        the inner proposer alone (or plain decoding)."""
+        cost = rt.tuner.cost_model()
+        inner = None
+        if arm.proposer == "prediction+suffix":
+            inner = self._proposer(Arm("suffix", "proposer", "suffix", arm.k), rt.index, cost)
+        if case.prediction is None:
+            if inner is None:
+                return Plan("none", None, 0, 0, None, case.language)
+            k = K_MAX if arm.k == "auto" else arm.k
+            return Plan("suffix", inner, arm.k, k, None, case.language)
+        draft = PredictionProposer(case.prediction, start=len(case.prompt), inner=inner,
+                                   cost=cost)
+        k = PREDICTION_K_MAX if arm.k == "auto" else arm.k
+        return Plan("prediction", draft, arm.k, k, None, case.language)
 
     def _match(self, case: Case, first: dict[str, list[int]], totals: dict) -> None:
         """Output match of every arm's first repeat against plain's (see the module)."""

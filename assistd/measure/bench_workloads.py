@@ -18,6 +18,9 @@ text the workload was built from is never used as the answer.
 - ``stdlib``: the Python standard library of this interpreter (or a folder of .py files):
   a cursor at a line start 30-80% into a file, the file before it as the prompt, every
   other file of the library as the history.
+- ``rewrite``: real edits (git commits, agent transcripts' Edit and apply_patch calls),
+  the text before each edit sent as the request's prediction
+  (:mod:`assistd.measure.bench_rewrite`).
 - ``novel``: prose requests (the first user message of each transcript session, or
   module docstrings when there are no transcripts) whose answer is in no history: the
   history is code (the standard library), which proposers may match but cannot predict
@@ -42,7 +45,7 @@ from assistd.measure.replay_inputs import (
     InputReport, Session, git_sessions, transcript_session, transcript_sessions,
 )
 
-NAMES = ("agent", "edit", "stdlib", "novel")
+NAMES = ("agent", "edit", "stdlib", "novel", "rewrite")
 AIDER_RUN = re.compile(r"^# aider chat started at", re.M)
 # Transcript kinds -> chat roles; anything else is a user message.
 ROLE = {"user": "user", "tool_result": "user", "system": "system",
@@ -55,12 +58,15 @@ CASE_FILE_BYTES = (4_000, 200_000)  # stdlib: files this size can hold a case
 class Case:
     """One prompt: ``prompt`` token ids; ``seed``: ``(name, tokens)`` documents added to
     the history just before it; ``language``: the LSP language id given to proposers
-    and the tuner."""
+    and the tuner; ``prediction``: token ids sent as the request's predicted output
+    (the ``rewrite`` workload), and ``kind`` its case kind there."""
 
     name: str
     prompt: list[int]
     language: str | None
     seed: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    prediction: list[int] | None = None
+    kind: str | None = None
 
 
 @dataclass
@@ -460,5 +466,50 @@ def build_workload(target, spec: str, *, cases: int, budget: int, seed: int = 0)
         "edit": lambda: edit_workload(target, path, cases, budget),
         "stdlib": lambda: stdlib_workload(target, path, cases, budget, seed),
         "novel": lambda: novel_workload(target, path, cases, budget),
+        "rewrite": lambda: rewrite_workload(target, path, cases, budget),
     }
     return builders[name]()
+
+
+def rewrite_workload(target, path: Path | None, n_cases: int, budget: int) -> Workload:
+    """``rewrite``: cases from the git repository ``path`` (default: the current
+    directory) or from transcripts (``path`` a file or a folder of ``.jsonl``), two per
+    edit (``file`` and ``prediction``: :mod:`assistd.measure.bench_rewrite`), at most
+    ``n_cases`` edits; the history is empty (the edit's text is in the request). Raises
+    :class:`InputError` when no edit fits ``budget`` prompt tokens."""
+    from assistd.measure.bench_rewrite import (MAX_CASE_CHARS, OPEN_ANSWER, WINDOW_LINES,
+                                               continuation_split, file_messages)
+    from assistd.measure.rewrite_cases import git_cases, transcript_cases
+    from assistd.runtime.chat import chat_prompt_ids
+
+    source = Path(path) if path is not None else Path.cwd()
+    options = {"limit": n_cases, "window": WINDOW_LINES, "max_chars": MAX_CASE_CHARS}
+    if (source / ".git").exists():
+        try:
+            edits = git_cases(source, **options)
+        except subprocess.CalledProcessError as e:
+            raise InputError(f"rewrite: git failed in {source}: {e}") from None
+    else:
+        files = sorted(source.rglob("*.jsonl")) if source.is_dir() else [source]
+        edits = transcript_cases(files, **options)
+    cases = []
+    for e in edits:
+        pred = target.tokenize(e.before)
+        prompt = (chat_prompt_ids(target, file_messages(e.path, e.instruction, e.before))
+                  + target.tokenize(OPEN_ANSWER))
+        if len(prompt) <= budget and len(pred) < target.n_ctx // 2:
+            cases.append(Case(f"file:{e.name}", prompt, e.language, prediction=pred,
+                              kind="file"))
+        split = continuation_split(e.before, e.after)
+        if split is not None:
+            ids = target.tokenize(split[0])
+            if target.add_bos and target.bos_token_id is not None:
+                ids = [target.bos_token_id] + ids
+            if 0 < len(ids) <= budget:
+                cases.append(Case(f"prediction:{e.name}", ids, e.language,
+                                  prediction=target.tokenize(split[1]), kind="prediction"))
+    if not cases:
+        raise InputError(f"rewrite: no edit found in {source} that fits; pass rewrite=PATH"
+                         " (a git repository with history, or agent transcripts)")
+    return Workload("rewrite", str(source), f"{len(edits)} real edits, two cases each: the"
+                    " file in the prompt (chat) and only in the prediction (completion)", cases)
