@@ -26,7 +26,7 @@ from assistd.edits.blocks import (
 )
 from assistd.edits.merge import (  # noqa: F401 - re-exported: the model path's parts
     MergeJob, ModelFn, ModelRewrite, extract_code, merge_prompt, merge_warnings,
-    prediction_text,
+    prediction_text, restore_blank_lines,
 )
 from assistd.edits.validate import Validation, broke, validate
 from assistd.ground.errors import InputError
@@ -199,8 +199,11 @@ def _merge(src: SourceFile, snippet: str, instruction: str, model: ModelFn | Non
                    messages=merge_prompt(src.rel, src.language, src.text, snippet, instruction),
                    prediction=prediction_text(src.language, src.text, snippet))
     answer = model(job)
-    new = _like(src.text, extract_code(answer.text))
-    return new, dict(answer.usage), merge_warnings(src.text, snippet, new, src.language)
+    new, restored = restore_blank_lines(src.text, _like(src.text, extract_code(answer.text)))
+    warnings = merge_warnings(src.text, snippet, new, src.language)
+    if restored:
+        warnings.append(f"restored {restored} blank line(s) the model dropped")
+    return new, dict(answer.usage), warnings
 
 
 def apply_edit(path: str | os.PathLike, edit: str, *, scope: str | os.PathLike,

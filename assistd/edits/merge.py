@@ -7,11 +7,14 @@ Predicted Outputs): most of the answer copies the file, so most of it is drafted
 the prediction and verified in batches, not decoded token by token.
 :func:`prediction_text` is that prediction, spelled exactly as an unchanged answer
 would be (the fence included), so the draft lines up with the answer from its first
-token.
+token. The prediction makes copying cheap, never right: verification keeps the Target's
+own greedy answer. So the answer is checked by rule (:func:`merge_warnings`) and the
+blank lines a small model squeezes are put back (:func:`restore_blank_lines`).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -160,3 +163,45 @@ def merge_warnings(original: str, snippet: str, merged: str, language: str) -> l
         out.append(f"the merged file has {n_new} lines, the original {n_old}: the model may"
                    " have dropped code")
     return out
+
+
+def restore_blank_lines(original: str, merged: str) -> tuple[str, int]:
+    """``merged`` with the runs of blank lines that it dropped from ``original`` put back,
+    and how many lines that was. Small models copy a file but squeeze its blank lines
+    (PEP 8's two between functions become one); a lazy snippet never asks for that, so
+    a deletion of blank lines only is undone. Lines are aligned with difflib (no junk
+    heuristic: blank lines are the point).
+
+    >>> restore_blank_lines("a\\n\\n\\nb\\n", "a\\n\\nb = 2\\n")
+    ('a\\n\\n\\nb = 2\\n', 1)
+    """
+    a, b = _split(original), _split(merged)
+    out, restored = [], 0
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        old, new = a[i1:i2], b[j1:j2]
+        if tag == "delete" and not any(line.strip() for line in old):
+            out += old
+            restored += len(old)
+        elif tag == "replace" and any(line.strip() for line in old):
+            # the blank lines at either end of a changed run: as many as the original had
+            front = max(0, _blanks(old) - _blanks(new))
+            back = max(0, _blanks(old[::-1]) - _blanks(new[::-1]))
+            out += old[:front] + new + old[len(old) - back:]
+            restored += front + back
+        else:
+            out += new
+    text = "\n".join(out)
+    return (text + "\n" if out and merged.endswith("\n") else text), restored
+
+
+def _split(text: str) -> list[str]:
+    """Lines without their newlines (a final newline makes no empty last line)."""
+    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n") if text else []
+
+
+def _blanks(lines: list[str]) -> int:
+    """How many blank lines ``lines`` starts with."""
+    n = 0
+    while n < len(lines) and not lines[n].strip():
+        n += 1
+    return n

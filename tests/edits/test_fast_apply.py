@@ -11,7 +11,7 @@ import pytest
 
 from assistd.edits.fast_apply import (
     ModelRewrite, apply_edit, extract_code, merge_prompt, merge_warnings, prediction_text,
-    read_source, unified_diff,
+    read_source, restore_blank_lines, unified_diff,
 )
 from assistd.ground.errors import InputError
 from tests.conftest import make_repo
@@ -298,3 +298,27 @@ def test_merge_warnings_catch_what_a_weak_merge_does():
                           "python")
     assert any("still holds elision comments" in w for w in left)
     assert any("the merged file has 3 lines, the original 12" in w for w in left)
+
+
+def test_blank_lines_a_small_model_squeezed_are_restored():
+    """What the 135M model did to a real merge: PEP 8's two blank lines between
+    functions became one, around a correct change. Deletions of blank lines only, and
+    blank lines lost at the ends of a changed run, come back; the change stays; a merge
+    that kept them is left alone."""
+    original = "import json\n\n\ndef load(p):\n    return 1\n\n\ndef save(p):\n    dump(p)\n"
+    squeezed = "import json\n\ndef load(p):\n    return 1\n\ndef save(p):\n    dump(p, 2)\n"
+    fixed, n = restore_blank_lines(original, squeezed)
+    assert fixed == original.replace("dump(p)", "dump(p, 2)") and n == 2
+    assert restore_blank_lines(original, original) == (original, 0)
+    assert restore_blank_lines("a\n\n\nb", "a\n\nc") == ("a\n\n\nc", 1)
+
+
+def test_the_model_path_restores_blank_lines_and_says_so(repo):
+    """Through apply_edit (FAKE model, see the routing test): the squeezed answer comes
+    back with the file's blank lines, and a warning says how many were restored."""
+    squeezed = APP.replace("\n\n\n", "\n\n").replace("json.dump(data, f)",
+                                                     "json.dump(data, f, indent=2)")
+    r = apply_edit("app.py", "# ... existing code ...\n        json.dump(data, f, indent=2)\n",
+                   scope=repo, model=lambda job: ModelRewrite(f"```python\n{squeezed}```"))
+    assert r.text == APP.replace("json.dump(data, f)", "json.dump(data, f, indent=2)")
+    assert r.warnings == ["restored 2 blank line(s) the model dropped"]
