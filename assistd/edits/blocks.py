@@ -183,14 +183,16 @@ def parse_blocks(edit: str) -> list[Block]:
 def check_filenames(blocks: list[Block], rel: str) -> None:
     """Raise :class:`BlockError` for a block whose filename line names another file than
     ``rel`` (POSIX, relative to the scope): one call edits one file. A filename matches
-    when its path components end ``rel``'s. A bare word without '.' or '/' (a prose
+    when the shorter of its path components and ``rel``'s ends the other ("io.py",
+    "/home/u/repo/src/io.py" and "repo/src/io.py" all match src/io.py). A bare word without '.' or '/' (a prose
     line such as "Change:") is not taken as a filename."""
     target = rel.split("/")
     for b in blocks:
         if b.filename is None or not ("." in b.filename or "/" in b.filename):
             continue
         parts = [p for p in b.filename.replace("\\", "/").split("/") if p not in ("", ".")]
-        if parts and target[-len(parts):] != parts:
+        n = min(len(parts), len(target))  # "io.py", "/abs/repo/src/io.py" for src/io.py
+        if parts and parts[-n:] != target[-n:]:
             raise BlockError(f"{b.where} is for {b.filename}, but this edit applies to {rel};"
                              " send each file's blocks in its own call", b.index)
 

@@ -108,7 +108,8 @@ def test_an_empty_search_fills_an_empty_file_and_nothing_else():
 def test_fences_and_filename_lines_are_read_as_aider_writes_them():
     """A filename line above an opening fence, prose between blocks, a second block
     without a filename (it takes the previous one's), and decorated names (``**a.py**``,
-    ``# a.py:``) all parse."""
+    ``# a.py:``) all parse; a bare name, an absolute path and a longer relative path that
+    end in the file match it, another file does not."""
     edit = ("Here is the change.\n\nsrc/io.py\n```python\n" + block("import os\n", "import re\n")
             + "```\n\nAnd:\n\n```python\n" + block("def load(path):\n", "def load(p):\n")
             + "```\n**src/io.py**\n" + block("x\n", "y\n") + "# src/io.py:\n"
@@ -118,6 +119,8 @@ def test_fences_and_filename_lines_are_read_as_aider_writes_them():
         (1, "src/io.py"), (2, "src/io.py"), (3, "src/io.py"), (4, "src/io.py")]
     assert blocks[0].search == "import os\n" and blocks[0].replace == "import re\n"
     check_filenames(blocks, "src/io.py")  # matches: no error
+    for name in ("io.py", "/home/u/repo/src/io.py", "repo/src/io.py"):
+        check_filenames(parse_blocks(f"{name}\n" + block("a\n", "b\n")), "src/io.py")
     with pytest.raises(BlockError, match="block 1 .* is for src/io.py, but this edit applies"
                                          " to lib/io.py"):
         check_filenames(blocks, "lib/io.py")
