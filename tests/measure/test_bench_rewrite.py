@@ -125,5 +125,6 @@ def test_a_short_rewrite_run_matches_plain_and_drafts_from_the_prediction(rewrit
     rows = w["rewrite"]["cases"]
     assert {r["kind"] for r in rows} == {"file", "prediction"}
     assert all(r["oracle_speedup"] is not None for r in rows)
-    file_row = next(r for r in rows if r["kind"] == "file")
-    assert file_row["overlap"] > 0.5, file_row  # the model copies the file it was shown
+    for r in rows:  # (how much the model copies is the model's: the table reports it)
+        assert 0.0 <= r["overlap"] <= 1.0 and r["output_tokens"] == 32
+        assert set(r["place"]) == {"prediction", "prediction+suffix"}
