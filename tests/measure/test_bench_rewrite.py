@@ -126,5 +126,5 @@ def test_a_short_rewrite_run_matches_plain_and_drafts_from_the_prediction(rewrit
     assert {r["kind"] for r in rows} == {"file", "prediction"}
     assert all(r["oracle_speedup"] is not None for r in rows)
     for r in rows:  # (how much the model copies is the model's: the table reports it)
-        assert 0.0 <= r["overlap"] <= 1.0 and r["output_tokens"] == 32
+        assert 0.0 <= r["overlap"] <= 1.0 and 1 <= r["output_tokens"] <= 32
         assert set(r["place"]) == {"prediction", "prediction+suffix"}
