@@ -4,8 +4,11 @@ Parsers, by the file's LSP language id (:func:`assistd.ground.languages.language
 Python ``ast.parse`` (the grammar of the Python running assistd: a file using newer
 syntax fails before and after alike), JSON ``json`` (``.jsonl``: each line), TOML
 ``tomllib``, YAML ``yaml.safe_load_all`` (multi-document files). Other languages go to
-tree-sitter when ``tree_sitter_language_pack`` is importable; it is not a dependency, so
-without it they come back unchecked, with the reason. A leading UTF-8 BOM is ignored
+tree-sitter when it is importable with the language's grammar wheel
+(``tree-sitter-c``, ``tree-sitter-typescript``, ...) or ``tree-sitter-language-pack``;
+neither is a dependency, so without them they come back unchecked, with the reason (so
+does a grammar that fails to load). The language pack's 1.x releases download grammars
+on first use: only one already downloaded is used, nothing is fetched from here. A leading UTF-8 BOM is ignored
 (Python's and JSON's readers drop it too).
 
 The signal for an edit is the pair: a file that parsed before and does not after
@@ -33,6 +36,13 @@ TREE_SITTER = {
     "julia": "julia", "dart": "dart", "zig": "zig", "sql": "sql", "hcl": "hcl",
     "terraform": "hcl", "xml": "xml", "jsonc": "json", "dockerfile": "dockerfile",
     "makefile": "make", "cmake": "cmake", "proto": "proto", "graphql": "graphql",
+}
+# Grammar wheels whose module or function is not tree_sitter_<grammar>:language.
+GRAMMAR_WHEELS = {
+    "typescript": "tree_sitter_typescript:language_typescript",
+    "tsx": "tree_sitter_typescript:language_tsx", "csharp": "tree_sitter_c_sharp:language",
+    "php": "tree_sitter_php:language_php", "ocaml": "tree_sitter_ocaml:language_ocaml",
+    "xml": "tree_sitter_xml:language_xml",
 }
 PLAIN = ("plaintext", "markdown", "restructuredtext", "ignore", "diff")
 _TOML_AT = re.compile(r"^(.*) \(at line (\d+), column (\d+)\)$")
@@ -111,12 +121,37 @@ def _yaml(text: str) -> str | None:
     return None
 
 
-def _tree_sitter(text: str, grammar: str) -> str | None:
-    """The first ERROR or MISSING node's line and text, or None when the tree is clean.
-    Raises ImportError when tree_sitter_language_pack is not installed."""
-    from tree_sitter_language_pack import get_parser
+class _NotDownloaded(ImportError):
+    """The language pack is installed without this grammar on disk."""
 
-    root = get_parser(grammar).parse(text.encode("utf-8")).root_node
+
+def _parser(grammar: str):
+    """A tree-sitter parser for ``grammar``: from its own grammar wheel
+    (``tree_sitter_c``, ``tree_sitter_typescript``' ``language_tsx``, ...) when installed,
+    else from ``tree_sitter_language_pack`` (a grammar it already holds). Raises
+    ImportError when neither is there."""
+    import importlib
+
+    module, _, function = GRAMMAR_WHEELS.get(grammar, f"tree_sitter_{grammar}:language"
+                                             ).partition(":")
+    try:
+        from tree_sitter import Language, Parser
+
+        return Parser(Language(getattr(importlib.import_module(module), function)()))
+    except ImportError:
+        import tree_sitter_language_pack as pack
+
+        # Its 1.x releases fetch a grammar from the network on first use: never from here
+        # (a local daemon makes no requests of its own); only one already on disk is used.
+        if hasattr(pack, "downloaded_languages") and grammar not in pack.downloaded_languages():
+            raise _NotDownloaded(grammar) from None
+        return pack.get_parser(grammar)
+
+
+def _tree_sitter(text: str, grammar: str) -> str | None:
+    """The first MISSING or ERROR node's line and text, or None when the tree is clean.
+    Raises ImportError when no grammar for it is installed."""
+    root = _parser(grammar).parse(text.encode("utf-8")).root_node
     if not root.has_error:
         return None
     stack = [root]
@@ -161,11 +196,22 @@ def validate(text: str, path: str | PurePath) -> Validation:
             error = _tree_sitter(text, TREE_SITTER[language])
         else:
             return Validation(False, None, language, reason=f"no parser for {language}")
+    except _NotDownloaded:
+        return Validation(False, None, language, reason=(
+            f"no parser for {language} here: tree-sitter-language-pack has not downloaded its"
+            " grammar (assistd fetches none; its download() can)"))
     except ImportError:
         return Validation(False, None, language, reason=(
-            f"no parser for {language} here: tree-sitter-language-pack is not installed"))
+            f"no parser for {language} here: neither tree-sitter with its grammar wheel"
+            " nor tree-sitter-language-pack is installed"))
     except (RecursionError, MemoryError):  # nesting too deep for the parser
         return Validation(False, None, language, reason="too deeply nested to parse")
     except ValueError as e:  # e.g. ast's "source code string cannot contain null bytes"
+        if check is None:  # the grammar's setup, not the text
+            return Validation(False, None, language, reason=f"no {language} grammar: {e}")
         return Validation(True, False, language, error=f"line 1: {e}")
+    except Exception as e:  # noqa: BLE001 - a grammar that cannot load (the language pack
+        # 1.x fetches grammars from the network on first use): unchecked, not a failure
+        return Validation(False, None, language,
+                          reason=f"no {language} grammar: {type(e).__name__}: {str(e)[:120]}")
     return Validation(True, error is None, language, error=error)
