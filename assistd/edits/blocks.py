@@ -112,7 +112,9 @@ def has_blocks(edit: str) -> bool:
     return any(_marker(line) in ("head", "updated") for line in edit.splitlines())
 
 
-def _clean_filename(line: str) -> str | None:
+def clean_filename(line: str) -> str | None:
+    """The filename a line names, decorations (``#``, ``**``, backticks, a trailing colon)
+    stripped, or None when it is not one (spaces, ``...``, a fence)."""
     name = line.strip().rstrip(":").lstrip("#").strip().strip("`").strip("*")
     name = name.replace("\\_", "_").strip()
     if not name or name == "..." or not FILENAME_RE.match(name):
@@ -127,7 +129,7 @@ def _filename_above(lines: list[str], head: int, floor: int) -> str | None:
         s = lines[j].strip()
         if FENCE_RE.match(s):
             continue
-        return _clean_filename(s)
+        return clean_filename(s)
     return None
 
 
@@ -184,8 +186,8 @@ def check_filenames(blocks: list[Block], rel: str) -> None:
     """Raise :class:`BlockError` for a block whose filename line names another file than
     ``rel`` (POSIX, relative to the scope): one call edits one file. A filename matches
     when the shorter of its path components and ``rel``'s ends the other ("io.py",
-    "/home/u/repo/src/io.py" and "repo/src/io.py" all match src/io.py). A bare word without '.' or '/' (a prose
-    line such as "Change:") is not taken as a filename."""
+    "/home/u/repo/src/io.py" and "repo/src/io.py" all match src/io.py). A bare word
+    without '.' or '/' (a prose line such as "Change:") is not taken as a filename."""
     target = rel.split("/")
     for b in blocks:
         if b.filename is None or not ("." in b.filename or "/" in b.filename):

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistd.edits.blocks import (
-    BlockResult, apply_blocks, check_filenames, has_blocks, lazy_markers, parse_blocks,
+    BlockResult, apply_blocks, check_filenames, clean_filename, has_blocks, lazy_markers,
+    parse_blocks,
 )
 from assistd.edits.merge import (  # noqa: F401 - re-exported: the model path's parts
     MergeJob, ModelFn, ModelRewrite, extract_code, merge_prompt, merge_warnings,
@@ -170,11 +171,14 @@ def unified_diff(rel: str, old: str, new: str, context: int = 3) -> str:
 
 
 def _unwrap(edit: str) -> str:
-    """A snippet sent inside one code fence: its body; otherwise the edit as it is."""
+    """A snippet sent inside one code fence (a filename line above it allowed, as in
+    blocks): the fence's body; otherwise the edit as it is."""
     lines = edit.strip().split("\n")
+    if len(lines) >= 3 and lines[1].startswith(("```", "~~~")) and clean_filename(lines[0]):
+        lines = lines[1:]
     first, last = lines[0].strip(), lines[-1].strip()
     if len(lines) >= 2 and first[:3] in ("```", "~~~") and last and set(last) == {first[0]}:
-        return extract_code(edit.strip())
+        return extract_code("\n".join(lines))
     return edit
 
 

@@ -8,8 +8,8 @@ tree-sitter when it is importable with the language's grammar wheel
 (``tree-sitter-c``, ``tree-sitter-typescript``, ...) or ``tree-sitter-language-pack``;
 neither is a dependency, so without them they come back unchecked, with the reason (so
 does a grammar that fails to load). The language pack's 1.x releases download grammars
-on first use: only one already downloaded is used, nothing is fetched from here. A leading UTF-8 BOM is ignored
-(Python's and JSON's readers drop it too).
+on first use: only one already downloaded is used, nothing is fetched from here. A
+leading UTF-8 BOM is ignored (Python's and JSON's readers drop it too).
 
 The signal for an edit is the pair: a file that parsed before and does not after
 (:func:`broke`). A file that did not parse before says nothing about the edit.

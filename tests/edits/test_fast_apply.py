@@ -141,7 +141,8 @@ def test_routing_snippets_go_to_the_model_and_blocks_never_do(repo):
     """Routing only, with a FAKE model callable (a stand-in for the daemon or in-process
     chat; the real model path is tested through the API by the engineer who wires
     prediction): blocks never call it; a lazy snippet calls it once with the merge
-    prompt and the fenced original as the prediction; its fenced answer is taken out of
+    prompt (the snippet out of its fence and filename line) and the fenced original as
+    the prediction; its fenced answer is taken out of
     the fence, its usage passed through; without a model a snippet is a clear error."""
     calls = []
 
@@ -155,7 +156,7 @@ def test_routing_snippets_go_to_the_model_and_blocks_never_do(repo):
     assert calls == []
     snippet = "# ... existing code ...\ndef save(path, data):\n    with open(path, \"w\") as f:" \
               "\n        json.dump(data, f, indent=2)\n"
-    r = apply_edit("app.py", f"```python\n{snippet}```", scope=repo, model=fake_model,
+    r = apply_edit("app.py", f"app.py\n```python\n{snippet}```", scope=repo, model=fake_model,
                    instruction="indent the saved JSON", diff=True)
     assert len(calls) == 1
     job = calls[0]
