@@ -19,11 +19,11 @@ as the request's ``prediction`` (OpenAI's ``{"type": "content", "content": ...}`
 
 The prediction is the user's claim, not a statistic, so its drafts carry an estimate
 that grows with the run of output tokens that agreed with it since the place was last
-found: token j of a draft after a run of m tokens is trusted
-``(PRIOR + m + j) / (PRIOR + m + j + DOUBT * (1 + misses))`` (the live-context prior of
-:mod:`proposers.suffix` in shape), ``misses`` counting the places lost since a run last
-reached :data:`SURE_MATCH` tokens: in a short, repetitive file every re-found place can
-be wrong (a .gitignore's lines), and each miss makes the next draft shorter until the
+found: token j of a draft after a run of m tokens is wrong with probability
+``(FAIL_SCALE / (m + j + 1)^2 + FAIL_FLOOR) * (1 + misses)`` (fitted on real edits, see
+the constants), ``misses`` counting the places lost since a run last reached
+:data:`SURE_MATCH` tokens: in a short, repetitive file every re-found place can be
+wrong (a .gitignore's lines), and each miss makes the next draft shorter until the
 output agrees with the prediction again. With the Target's cost model the draft is cut to the
 length that maximises expected committed tokens per ms (:func:`proposers.suffix.best_length`),
 and the other proposer of the request (``inner``: suffix over the context and the
@@ -52,12 +52,19 @@ from proposers.suffix import best_length
 MAX_MATCH = 32
 MIN_MATCH = 3
 SURE_MATCH = 8
-# Trust in prediction token j after a run of m agreeing output tokens:
-# (PRIOR + m + j) / (PRIOR + m + j + DOUBT). PRIOR 4, DOUBT 1: 0.8 for the first token
-# of a request, 0.97 after 30 agreeing tokens (`assistd bench --workload rewrite` on
-# this repository's git edits; see docs/edits.md for the measured table).
-PRIOR = 4.0
-DOUBT = 1.0
+# Trust in prediction token j after a run of m agreeing output tokens, x = m + j:
+# 1 - (FAIL_SCALE / (x + 1)^2 + FAIL_FLOOR) * (1 + misses), at least MIN_TRUST. Fitted
+# on the replay of real edits (`assistd replay --rewrite`, this repository's commits
+# 150-300 back): a draft token after x agreeing tokens was wrong 10-24% of the time at
+# x = 3 (a place just re-found), 1-2% at 8-15, 0.5% at 16-31, 0.3% past 32; a
+# 1 / x-shaped prior (the suffix proposer's) put long runs at 3%, cutting drafts short.
+# A request starts with START_RUN agreeing tokens credited: a client's prediction is
+# where its output starts (bench: every case's first token agreed), unless the answer
+# opens with something else (a code fence), which loses the place at once.
+FAIL_SCALE = 2.5
+FAIL_FLOOR = 0.002
+MIN_TRUST = 0.05
+START_RUN = 6
 K_MAX = 64  # the longest draft (the k range of every proposer)
 
 
@@ -75,20 +82,21 @@ class PredictionProposer(Proposer):
     name = "prediction"
 
     def __init__(self, prediction: Sequence[int], *, start: int, inner: Proposer | None = None,
-                 cost: CostModel | None = None, prior: float = PRIOR, doubt: float = DOUBT,
+                 cost: CostModel | None = None, fail_scale: float = FAIL_SCALE,
+                 fail_floor: float = FAIL_FLOOR, start_run: int = START_RUN,
                  min_match: int = MIN_MATCH, sure_match: int = SURE_MATCH,
                  max_match: int = MAX_MATCH):
         if start < 0 or min_match < 1 or sure_match < min_match or max_match < sure_match:
             raise ValueError("need start >= 0 and 1 <= min_match <= sure_match <= max_match")
-        if prior < 0 or doubt <= 0:
-            raise ValueError("need prior >= 0 and doubt > 0")
+        if fail_scale < 0 or not 0 <= fail_floor < 1 or start_run < 0:
+            raise ValueError("need fail_scale >= 0, 0 <= fail_floor < 1 and start_run >= 0")
         self.prediction = np.asarray(list(prediction), dtype=np.int64)
         self.start, self.inner, self.cost = start, inner, cost
-        self.prior, self.doubt = prior, doubt
+        self.fail_scale, self.fail_floor = fail_scale, fail_floor
         self.min_match, self.sure_match, self.max_match = min_match, sure_match, max_match
         self.pos: int | None = 0  # next prediction token the output should copy; None: lost
         self.lost_at = 0  # where the place was last lost (re-finding looks forward from it)
-        self.run = 0  # output tokens that agreed with the prediction since it was found
+        self.run = start_run  # output tokens that agreed since the place was found
         self.misses = 0  # places lost since a run last reached sure_match tokens
         self.seen = 0  # output tokens already followed
         # What happened, for the closing table and tests: place losses and re-finds.
@@ -166,9 +174,10 @@ class PredictionProposer(Proposer):
         if self.pos is None or self.pos >= len(self.prediction):
             return None
         tokens = self.prediction[self.pos: self.pos + min(k, K_MAX)]
-        m = self.prior + self.run + np.arange(len(tokens))
-        doubt = self.doubt * (1 + self.misses)
-        return Draft(tokens=tokens.copy(), probs=m / (m + doubt), source="prediction",
+        x = self.run + np.arange(len(tokens))
+        fail = (self.fail_scale / (x + 1.0) ** 2 + self.fail_floor) * (1 + self.misses)
+        return Draft(tokens=tokens.copy(), probs=np.clip(1.0 - fail, MIN_TRUST, 1.0),
+                     source="prediction",
                      match_len=self.run)
 
     def propose(self, context: np.ndarray, k: int, *, scope: str | None = None,

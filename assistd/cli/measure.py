@@ -60,6 +60,12 @@ def peers_build(name, sdist):
                    " changes is a model turn, its older versions are in the history.")
 @click.option("--git-commits", type=click.IntRange(1), default=20, show_default=True,
               help="With --git: how many of the last (first-parent) commits, oldest first.")
+@click.option("--rewrite", "rewrite", type=click.Path(exists=True, path_type=Path), default=None,
+              metavar="PATH",
+              help="Replay real edits instead (a git repository, or agent transcripts): the"
+                   " edited text is the output, the text before the edit the prediction;"
+                   " arms suffix, the peers' prompt lookup, prediction, prediction+suffix"
+                   " and the oracle, with the file in the prompt and only in the prediction.")
 @click.option("--proposer", "proposers", multiple=True, metavar="NAME",
               help="Proposer to replay; repeat for several. [default: every registered one"
                    " except draft_model and peer:arctic(-tree), other peers included;"
@@ -78,7 +84,8 @@ def peers_build(name, sdist):
               help="GGUF file of the Target: its tokenizer, and its speed with --cost-model"
                    " calibrate. [default: the embedded SmolLM2-135M-Instruct Q4_1]")
 @json_option()
-def replay(files, git_repo, git_commits, proposers, k, cost_model, tree, nodes, model, as_json):
+def replay(files, git_repo, git_commits, rewrite, proposers, k, cost_model, tree, nodes, model,
+           as_json):
     """Replay recorded outputs through each proposer, offline, as the decoder would.
 
     The recorded model turns stand in for the Target's output (an oracle): at each
@@ -100,6 +107,7 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, tree, nodes, 
         assistd replay --git . --git-commits 50 --k 8
         assistd replay transcripts/ --proposer suffix --proposer peer:suffixdecoding \\
             --tree both --nodes 64 --cost-model flat
+        assistd replay --rewrite . --cost-model reference
     """
     from assistd.cli.replay_table import print_replay
     from assistd.measure.replay import replay_report
@@ -107,6 +115,12 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, tree, nodes, 
     if cost_model == "brief":  # the old name: still accepted, said once, plainly
         click.echo("warning: --cost-model brief is now called --cost-model reference", err=True)
         cost_model = "reference"
+    if rewrite is not None:
+        if files or git_repo is not None or proposers:
+            raise click.UsageError("--rewrite replays its own arms on its own inputs: give"
+                                   " no FILES, --git or --proposer with it")
+        emit(_rewrite_report(rewrite, k, cost_model, model), as_json, print_rewrite_replay)
+        return
     update, close = (None, lambda: None) if as_json else progress("replay")
     try:
         report = replay_report(files, git_repo=git_repo, git_commits=git_commits,
@@ -115,6 +129,36 @@ def replay(files, git_repo, git_commits, proposers, k, cost_model, tree, nodes, 
     finally:
         close()
     emit(report, as_json, print_replay)
+
+
+def _rewrite_report(path: Path, k: int, cost_model: str, model) -> dict:
+    """``replay --rewrite``'s report (:func:`assistd.measure.replay_rewrite.replay_rewrite`)."""
+    from assistd.measure.replay import resolve_cost_model
+    from assistd.measure.replay_rewrite import replay_rewrite
+    from assistd.targets.open import open_target
+
+    target = open_target(model)
+    try:
+        cost = resolve_cost_model(cost_model, target)
+        report = replay_rewrite(path, target.tokenize, cost, k=k)
+    finally:
+        target.close()
+    return {"k": k, "cost_model": cost.as_dict(), **report}
+
+
+def print_rewrite_replay(report: dict) -> None:
+    """One row per case kind and arm: tokens per Target call and the modelled speedup
+    (a round of L drafts priced t(L + 1))."""
+    click.echo(f"{report['edits']} edits from {report['source']}, k {report['k']},"
+               f" cost model {report['cost_model'].get('source')}")
+    for kind, v in report["kinds"].items():
+        click.echo(f"\n{kind} ({v['cases']} cases, {v['output_tokens']} output tokens)")
+        click.echo(f"  {'arm':<28}{'tokens/call':>12}{'speedup':>10}")
+        for arm, m in v["arms"].items():
+            speed = m.get("modeled_speedup_physical", m.get("modeled_speedup"))
+            calls = m.get("tokens_per_call")
+            click.echo(f"  {arm:<28}{'-' if calls is None else format(calls, '.2f'):>12}"
+                       f"{'-' if speed is None else format(speed, '.2f') + 'x':>10}")
 
 
 class _BenchK(KChoice):

@@ -128,3 +128,30 @@ def test_a_short_rewrite_run_matches_plain_and_drafts_from_the_prediction(rewrit
     for r in rows:  # (how much the model copies is the model's: the table reports it)
         assert 0.0 <= r["overlap"] <= 1.0 and 1 <= r["output_tokens"] <= 32
         assert set(r["place"]) == {"prediction", "prediction+suffix"}
+
+
+def test_replay_rewrite_walks_the_real_edit_with_every_arm_and_the_oracle(rewrite_repo):
+    """``assistd replay --rewrite REPO``: the real edited text is the output. Where only
+    the prediction holds the rest of the file, the prediction arms commit far more
+    tokens per call than suffix (which has nothing to copy), and no arm beats the oracle
+    under a flat cost (tokens per call is the speedup there)."""
+    cmd = [sys.executable, "-m", "assistd", "replay", "--rewrite", str(rewrite_repo),
+           "--cost-model", "flat", "--k", "64", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kinds = json.loads(proc.stdout)["kinds"]
+    assert set(kinds) == {"file", "prediction"}
+    arms = kinds["prediction"]["arms"]
+    assert arms["prediction"]["tokens_per_call"] > 3 * arms["suffix"]["tokens_per_call"]
+    for kind in kinds.values():
+        assert (kind["arms"]["prediction"]["tokens_per_call"]
+                <= kind["arms"]["oracle"]["tokens_per_call"] + 1e-9)
+
+
+def test_replay_rewrite_refuses_other_inputs_beside_it(rewrite_repo):
+    """--rewrite runs its own arms on its own inputs: a --proposer beside it is a usage
+    error, not silently dropped."""
+    proc = subprocess.run([sys.executable, "-m", "assistd", "replay", "--rewrite",
+                           str(rewrite_repo), "--proposer", "suffix"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and "--rewrite" in proc.stderr

@@ -7,7 +7,7 @@ import pytest
 
 from assistd.decoding.engine import generate
 from assistd.ground.costmodel import CostModel
-from proposers.prediction import PredictionProposer, prediction_usage
+from proposers.prediction import START_RUN, PredictionProposer, prediction_usage
 from proposers.suffix import SuffixProposer
 
 PROMPT = [900, 901, 902]  # token ids before the output (the proposer never reads them)
@@ -25,7 +25,7 @@ def test_drafts_the_prediction_from_its_start_and_follows_agreeing_output():
     p = PredictionProposer(list(range(10, 40)), start=len(PROMPT))
     assert step(p, [], k=4) == [10, 11, 12, 13]
     assert step(p, [10, 11, 12], k=4) == [13, 14, 15, 16]
-    assert p.pos == 3 and p.run == 3 and p.losses == 0
+    assert p.pos == 3 and p.run == START_RUN + 3 and p.losses == 0
 
 
 def test_an_insertion_loses_the_place_and_matching_the_output_tail_finds_it_again():
@@ -84,7 +84,7 @@ def test_without_a_cost_model_the_prediction_wins_and_the_inner_proposer_fills_g
 def test_the_cost_model_cuts_the_draft_and_refuses_one_that_does_not_pay():
     """Under a steep cost (each drafted token as dear as a plain step) a draft never
     pays; under the reference CPU costs a draft after a long agreeing run is long, and
-    the first tokens of a request (trusted 0.8) make a short one."""
+    the first tokens of a request (START_RUN credited) make a shorter one."""
     steep = CostModel({1: 10.0, 2: 20.0, 64: 640.0})
     p = PredictionProposer(list(range(100)), start=len(PROMPT), cost=steep)
     assert step(p, [], k=8) is None
@@ -111,7 +111,7 @@ def test_invalid_settings_are_refused():
     with pytest.raises(ValueError):
         PredictionProposer([1], start=0, min_match=5, sure_match=4)
     with pytest.raises(ValueError):
-        PredictionProposer([1], start=0, doubt=0)
+        PredictionProposer([1], start=0, fail_floor=1.0)
 
 
 def test_usage_counts_follow_openais_definition():
@@ -141,3 +141,20 @@ def test_on_the_real_model_output_equals_plain_and_an_edited_prediction_is_follo
     by = spec.ledger.by_source["prediction"]
     assert by[1] >= len(plain.tokens) // 2, (by, len(plain.tokens))
     assert prop.losses >= 1 and prop.refinds >= 1
+
+
+def test_trust_grows_with_the_agreeing_run_and_falls_with_misses():
+    """A draft's estimates: higher after a long agreeing run than after a place just
+    re-found, non-increasing along the draft's cumulative product, and lower once the
+    place has been lost more often (misses since the last sure run)."""
+    pred = list(range(10, 200))
+    p = PredictionProposer(pred, start=len(PROMPT))
+    long_run = p.propose(np.array(PROMPT + pred[:60]), 4).probs
+    q = PredictionProposer(pred, start=len(PROMPT))
+    q.propose(np.array(PROMPT + pred[:5] + [999] + pred[6:9]), 4)  # lost, re-found on 3
+    fresh = q._from_prediction(4).probs
+    assert q.refinds == 1 and q.misses == 1
+    assert (long_run > fresh).all()
+    r = PredictionProposer(pred, start=len(PROMPT), start_run=3)
+    r.propose(np.array(PROMPT), 4)
+    assert (r._from_prediction(4).probs > fresh).all()  # same run, no miss: trusted more
