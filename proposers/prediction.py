@@ -65,7 +65,9 @@ FAIL_SCALE = 2.5
 FAIL_FLOOR = 0.002
 MIN_TRUST = 0.05
 START_RUN = 6
-K_MAX = 64  # the longest draft (the k range of every proposer)
+# The longest draft: a round then evaluates at most 64 rows (the last committed token
+# and 63 drafts), the ceiling the rewrite oracle is held to as well.
+K_MAX = 63
 
 
 class PredictionProposer(Proposer):

@@ -19,7 +19,8 @@ here (a 135M model does not make the real edit); each case's overlap (output tok
 copied from the prediction / output tokens) says how much there was to copy.
 
 The **oracle** drafts, at every step, the longest run of the prediction that the output
-really continues with (at most 63 tokens, so a round is at most 64 forward rows), each
+really continues with (at most 63 tokens, so a round is at most 64 forward rows, the
+prediction proposer's own ceiling), each
 round priced by the run's measured t(L + 1) and a step without a run by t(1): the
 speedup a prediction proposer could reach on that output, with perfect place keeping.
 """
@@ -75,7 +76,7 @@ def continuation_split(before: str, after: str) -> tuple[str, str] | None:
 
 
 def oracle_lengths(output: Sequence[int], prediction: Sequence[int],
-                   max_draft: int = K_MAX - 1) -> list[int]:
+                   max_draft: int = K_MAX) -> list[int]:
     """The oracle's draft length at each of its steps over ``output``: the longest run of
     ``prediction`` (anywhere in it) that the output continues with from there, at most
     ``max_draft`` and the tokens left after the step's own; 0 is a plain step. A round

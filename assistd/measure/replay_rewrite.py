@@ -93,7 +93,7 @@ def replay_turns(turns: Sequence[dict], cost: CostModel, *, k: int = K_MAX,
         plain_ms = oracle = steps = tokens = 0.0
         for t in mine:
             out = t["tokens"][t["start"]:]
-            lengths = oracle_lengths(out, t["prediction"], min(k, K_MAX) - 1)
+            lengths = oracle_lengths(out, t["prediction"], min(k, K_MAX))
             oracle += oracle_ms(lengths, cost.t_ms)
             plain_ms += len(out) * cost.t_ms(1)
             steps += len(lengths)

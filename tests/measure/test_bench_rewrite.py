@@ -145,7 +145,7 @@ def test_replay_rewrite_walks_the_real_edit_with_every_arm_and_the_oracle(rewrit
     assert arms["prediction"]["tokens_per_call"] > 3 * arms["suffix"]["tokens_per_call"]
     for kind in kinds.values():
         assert (kind["arms"]["prediction"]["tokens_per_call"]
-                <= kind["arms"]["oracle"]["tokens_per_call"] + 1e-9)
+                <= kind["arms"]["oracle"]["tokens_per_call"] + 1e-3)  # (rounded to 3 places)
 
 
 def test_replay_rewrite_refuses_other_inputs_beside_it(rewrite_repo):
