@@ -210,16 +210,17 @@ class Service:
         if streamer is not None:
             streamer.finish(gen.text)
         self.generations_cancelled += gen.stop_reason == "cancelled"
-        used = req.prediction is not None
+        # The plan drafted from the prediction when it had tokens and the plan drafts at
+        # all (LocalDecoder.run); usage counts any prediction sent, empty included.
+        drafted = bool(req.prediction) and plan.speculative and not rt.remote
         return GenerationResult(text=gen.text, tokens=gen.tokens, stop_reason=gen.stop_reason,
                                 ledger=gen.ledger.as_dict(),
-                                proposer="prediction" if used and plan.speculative
-                                and not rt.remote else plan.proposer,
+                                proposer="prediction" if drafted else plan.proposer,
                                 # a remote Target drafts nothing: 0, as its plan says
                                 k=plan.k if plan.speculative or rt.remote else parse_k(k),
                                 queue_ms=round(queue_ms, 2),
                                 prediction=prediction_usage(req.prediction, gen.tokens)
-                                if used else None)
+                                if req.prediction is not None else None)
 
     def complete_at(self, args: dict) -> Future:
         """``assistd complete`` through the daemon: :func:`assistd.runtime.session.complete_at`

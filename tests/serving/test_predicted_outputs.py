@@ -231,9 +231,6 @@ def test_streamed_completion_reports_prediction_usage(client, plain, target):
 
 
 @pytest.mark.local_target("the proposer that drafted and the ledger row it was recorded under")
-@pytest.mark.xfail(strict=True, reason="service.py reports proposer 'prediction' for any"
-                   " prediction that is not None, while decoders.py drafts from it only when"
-                   " it has tokens: an empty one runs (and is recorded) as the plan's proposer")
 @pytest.mark.parametrize("content", ["", []], ids=["empty string", "no parts"])
 def test_empty_prediction_names_the_proposer_that_drafted(daemon, client, content):
     """An empty prediction (no text, no parts) has nothing to draft: accepted and rejected
