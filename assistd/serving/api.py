@@ -83,6 +83,7 @@ from assistd.serving.openai_wire import (  # noqa: F401 - re-exported: the API's
     usage,
     usage_chunk_body,
 )
+from assistd.serving.apply_api import apply_endpoint
 from assistd.serving.service import GenerationRequest, GenerationResult, Service
 
 log = logging.getLogger("assistd.api")
@@ -365,6 +366,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         Route("/v1/assistd/stats", stats, methods=["GET"]),
         Route("/v1/assistd/status", status, methods=["GET"]),
         Route("/v1/assistd/complete", complete, methods=["POST"]),
+        Route("/v1/assistd/apply", apply_endpoint(service, _read_json), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={
