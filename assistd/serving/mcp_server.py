@@ -13,6 +13,12 @@ Tools (names and arguments as the agent sees them):
   project is not told the others' paths. Without ``scope`` the figures cover all
   scopes and say how many (``scope_count``); a ``scope`` with no data is an error
   that lists no other scope.
+- ``apply_edit(path, edit, instruction="", output="diff", repo=None)``: an edit to one
+  file given back as a unified diff or the new text, never written
+  (:mod:`assistd.edits.fast_apply`): SEARCH/REPLACE blocks apply by rule, in this
+  process, with no model and no daemon; a lazy snippet is merged by the in-process
+  Target (loaded then) with the file as its predicted output. The scope is ``repo``,
+  else the file's repository root.
 
 Every call first looks for the daemon (``assistd serve``, :func:`assistd.serving.client.find_daemon`;
 a few ms), so a daemon started after this server is used from its next call. Without
@@ -33,7 +39,7 @@ import re
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from pydantic import BaseModel, Field
@@ -55,13 +61,15 @@ assistd completes code and text with {model} (speculative decoding over a
 history of your repositories and agent transcripts). Use complete_code to get the
 model's continuation at a cursor in a file, continue_text for free text, and
 acceptance_stats to see how well drafting from the history works per language.
-Completions are short and greedy: treat them as suggestions, not as verified code."""
+Completions are short and greedy: treat them as suggestions, not as verified code.
+apply_edit applies SEARCH/REPLACE blocks to a file and returns the diff (never writes)."""
 REMOTE_INSTRUCTIONS = """\
 assistd completes code and text with {model}, which decodes them (assistd
 builds the prompts here; nothing drafts, so acceptance figures stay empty). Use
 complete_code to get the model's continuation at a cursor in a file and continue_text
 for free text. Completions are short and greedy: treat them as suggestions, not as
-verified code."""
+verified code. apply_edit applies SEARCH/REPLACE blocks to a file and returns the diff
+(never writes)."""
 
 
 def target_words(spec: TargetSpec | None,
@@ -239,6 +247,17 @@ class InProcessEngine:
 
         return store_stats(self._open_store(), scope)
 
+    def merge(self, job):
+        """A lazy snippet's merge (:func:`assistd.serving.apply_api.runtime_model`) on this
+        process's Runtime, loaded on first use (never for SEARCH/REPLACE). Engine thread."""
+        from assistd.serving.apply_api import runtime_model
+
+        return runtime_model(self._open_runtime())(job)
+
+    def call(self, fn, *args):
+        """``fn(*args)`` on the engine thread, waited for: from a worker thread only."""
+        return self._pool.submit(fn, *args).result()
+
     def _close(self) -> None:
         if self.runtime is not None:
             self.runtime.close()  # the store too
@@ -312,6 +331,24 @@ class Assistant:
         return stats_result(out["ledger"], out.get("user_acceptance") or {}, daemon=daemon,
                             full=full)
 
+    async def apply(self, body: dict) -> dict:
+        """:func:`assistd.serving.apply_api.apply_request` in a worker thread (the file read
+        and the blocks applied there, with no Target); a snippet's merge is handed to the
+        engine thread. Relative paths are taken from this server's working directory."""
+        from assistd.serving.apply_api import apply_request
+        from assistd.serving.openai_wire import ApiError
+
+        engine = self.engine
+
+        def run() -> dict:
+            try:
+                return apply_request(body, lambda job: engine.call(engine.merge, job),
+                                     cwd=Path.cwd())
+            except ApiError as e:  # the body's shape, as the API words it
+                raise InputError(e.message) from None
+
+        return await anyio.to_thread.run_sync(run)
+
 
 # Argument types shared by the tools (module level: the SDK evaluates the annotations
 # in this module's globals).
@@ -384,19 +421,36 @@ Continue a text with {model} (greedy{how}).
 Returns the continuation and its ledger: tokens, {figures}tokens_per_s, and daemon
 (whether the running `assistd serve` daemon served it). Only the last 1024 tokens of
 the text are seen."""
+_APPLY_EDIT = """\
+Apply an edit to one file and get back a unified diff (output="diff", the default) or the
+new text (output="text"). The file is never written: apply the diff yourself.
+
+The edit is either SEARCH/REPLACE blocks, applied by rule at once (no model): a line
+"<<<<<<< SEARCH", the exact lines to find, a line "=======", the lines to put there, a
+line ">>>>>>> REPLACE"; several blocks apply in order. Each SEARCH must match exactly one
+place (exact, else ignoring indentation, which is then reported); no match or several is
+an error that names the block. Or a code snippet with the unchanged parts elided by
+comments such as "// ... existing code ...": {model} merges it, with the original file
+as its predicted output (slower; check the diff, and read warnings).
+
+The result says how each block matched and whether the file parsed before and after
+(broke: true when the edit broke a file that parsed). Files outside the repository (or
+repo), ignored files (.env, keys, .git/, .gitignore'd), links, binary and non-UTF-8 files
+are refused."""
 _LOCAL_FIGURES = ("acceptance_rate (accepted / drafted tokens), mean_acceptance_length"
                   " (tokens per verification round), ")
 
 
 def descriptions(model: str, remote: bool) -> dict[str, str]:
-    """The server's instructions and the two generating tools' descriptions for the
+    """The server's instructions and the generating tools' descriptions for the
     Target ``model`` (:func:`target_words`): a remote one decodes on its server, so no
     drafting and no acceptance figures are promised."""
     if remote:
         out = {"instructions": REMOTE_INSTRUCTIONS.format(model=model),
                 "complete_code": _COMPLETE_CODE.format(model=model, drafts="", figures=""),
                 "continue_text": _CONTINUE_TEXT.format(model=model, how="; the server decodes",
-                                                       figures="")}
+                                                       figures=""),
+                "apply_edit": _APPLY_EDIT.format(model=model)}
     else:
         out = _local_descriptions(model)
     # one line per paragraph: the templates' line breaks fall mid-sentence once filled
@@ -410,11 +464,12 @@ def _local_descriptions(model: str) -> dict[str, str]:
             "complete_code": _COMPLETE_CODE.format(model=model, drafts=drafts,
                                                    figures=_LOCAL_FIGURES),
             "continue_text": _CONTINUE_TEXT.format(model=model, how=", speculative decoding",
-                                                   figures=_LOCAL_FIGURES)}
+                                                   figures=_LOCAL_FIGURES),
+            "apply_edit": _APPLY_EDIT.format(model=model)}
 
 
 def build_server(assistant: Assistant, target: tuple[str, bool] = ("a small local model", False)):
-    """The :class:`mcp.server.mcpserver.MCPServer` with the three tools over ``assistant``;
+    """The :class:`mcp.server.mcpserver.MCPServer` with the four tools over ``assistant``;
     ``target``: :func:`target_words` of the Target the tools run on (their descriptions
     and the instructions say it)."""
     from mcp.server.mcpserver import MCPServer
@@ -498,6 +553,30 @@ def build_server(assistant: Assistant, target: tuple[str, bool] = ("a small loca
         accepted and dismissed per language (a different quantity from draft acceptance).
         """
         return await _tool_errors(assistant.stats(scope, full))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False,
+                                             idempotent_hint=True, open_world_hint=False),
+                 description=words["apply_edit"])
+    async def apply_edit(
+        path: Annotated[str, Field(min_length=1, description=(
+            "The file to edit: absolute, or relative to the server's working directory"
+            " (to repo when repo is given)."))],
+        edit: Annotated[str, Field(min_length=1, description=(
+            "SEARCH/REPLACE blocks, or a code snippet with '... existing code ...'"
+            " comments for the unchanged parts."))],
+        instruction: Annotated[str, Field(max_length=4096, description=(
+            "One line on what the edit does, for the model merging a snippet."))] = "",
+        output: Annotated[Literal["diff", "text"], Field(description=(
+            "diff: a unified diff a/PATH -> b/PATH; text: the whole new file."))] = "diff",
+        repo: Annotated[str | None, Field(description=(
+            "The directory the file must be inside; omit for its git repository root."))
+                        ] = None,
+    ) -> dict[str, Any]:
+        """An edit applied to a file, never written (description: :data:`_APPLY_EDIT`)."""
+        body = {"path": path, "edit": edit, "instruction": instruction, "output": output}
+        if repo is not None:
+            body["repo"] = repo
+        return await _tool_errors(assistant.apply(body))
 
     return server
 
