@@ -1,16 +1,15 @@
 """POST /v1/assistd/apply on a real Service and the real embedded Target, through the API's
-own app, error handlers and token (the route added to ``build_app``'s app as api.py's
-route line adds it), and the request's path and scope rules."""
+own app (build_app's route), error handlers and token, and the request's path and scope
+rules."""
 
 from __future__ import annotations
 
 import pytest
-from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from assistd.ground.errors import InputError
 from assistd.serving import api
-from assistd.serving.apply_api import apply_endpoint, edit_target
+from assistd.serving.apply_api import edit_target
 from assistd.serving.config import Config
 from assistd.serving.service import Service
 from assistd.targets.spec import TargetSpec
@@ -23,14 +22,12 @@ BLOCK = "<<<<<<< SEARCH\n    return a - b\n=======\n    return a - b  # minus\n>
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    """A started Service (the embedded model, n_ctx 1024) behind build_app's app with the
-    apply route appended: the API's error handlers and bearer token apply to it."""
+    """A started Service (the embedded model, n_ctx 1024) behind build_app's app: the
+    API's route, error handlers and bearer token."""
     folder = tmp_path_factory.mktemp("apply-api")
     service = Service(Config(target=TargetSpec(n_ctx=1024), db=str(folder / "history.db")))
     service.start()
     app = api.build_app(service, TOKEN)
-    app.router.routes.append(Route("/v1/assistd/apply", apply_endpoint(service, api._read_json),
-                                   methods=["POST"]))
     try:
         with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1",
                         headers={"Authorization": f"Bearer {TOKEN}"}) as c:
