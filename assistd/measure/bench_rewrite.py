@@ -83,7 +83,7 @@ def oracle_lengths(output: Sequence[int], prediction: Sequence[int],
     of L drafts commits L + 1 tokens.
 
     >>> oracle_lengths([1, 2, 3, 9, 4, 5], [1, 2, 3, 4, 5])
-    [2, 0, 1]
+    [3, 1]
     """
     out = np.asarray(list(output), dtype=np.int64)
     pred = np.asarray(list(prediction), dtype=np.int64)

@@ -332,18 +332,28 @@ class Assistant:
                             full=full)
 
     async def apply(self, body: dict) -> dict:
-        """:func:`assistd.serving.apply_api.apply_request` in a worker thread (the file read
-        and the blocks applied there, with no Target); a snippet's merge is handed to the
-        engine thread. Relative paths are taken from this server's working directory."""
+        """The daemon's ``POST /v1/assistd/apply`` when one answers (its Target merges a
+        snippet, already loaded), else :func:`assistd.serving.apply_api.apply_request` in
+        a worker thread (the file read and the blocks applied there, with no Target; a
+        snippet's merge handed to the engine thread). Relative paths are taken from this
+        server's working directory (the daemon has none of the client's)."""
         from assistd.serving.apply_api import apply_request
         from assistd.serving.openai_wire import ApiError
 
+        sent = dict(body)
+        for key in ("path", "repo"):  # the daemon takes absolute paths only
+            if sent.get(key) and not Path(sent[key]).expanduser().is_absolute():
+                if key == "repo" or not sent.get("repo"):
+                    sent[key] = str(Path.cwd() / sent[key])
+        out = await self._via_daemon(lambda c: c.post("/v1/assistd/apply", sent))
+        if out is not None:
+            return {**out, "daemon": True}
         engine = self.engine
 
         def run() -> dict:
             try:
-                return apply_request(body, lambda job: engine.call(engine.merge, job),
-                                     cwd=Path.cwd())
+                return {**apply_request(body, lambda job: engine.call(engine.merge, job),
+                                        cwd=Path.cwd()), "daemon": False}
             except ApiError as e:  # the body's shape, as the API words it
                 raise InputError(e.message) from None
 

@@ -37,10 +37,12 @@ def _git(repo: Path, *args: str) -> None:
 @pytest.fixture(scope="module")
 def edit_repo(tmp_path_factory) -> Path:
     """Two commits of this project's ledger module: the second renames a method in the
-    middle, so the rest of the file is unchanged and in the history (the old version)."""
+    middle, so the rest of the file is unchanged and in the history (the old version).
+    The module as of one commit (tests/data/edit), not the live file: what the model
+    writes after the cursor, and so whether a tree pays, follows the text."""
     repo = tmp_path_factory.mktemp("edit")
     _git(repo, "init", "-q")
-    text = (ROOT / "assistd" / "ground" / "ledger.py").read_text()
+    text = (ROOT / "tests" / "data" / "edit" / "ledger.py.txt").read_text()
     (repo / "ledger.py").write_text(text)
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "first")

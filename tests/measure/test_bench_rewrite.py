@@ -7,34 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from assistd.measure.bench_arms import arms_for
 from assistd.measure.bench_report import rewrite_table
 from assistd.measure.bench_rewrite import (case_rows, continuation_split, oracle_lengths,
                                            oracle_ms, overlap, summary)
 from assistd.measure.bench_workloads import rewrite_workload
+from tests.measure.test_bench import edit_repo  # noqa: F401 - a fixture: one real edit
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@e",
-                    *args], check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def rewrite_repo(tmp_path_factory) -> Path:
-    """One real edit: this project's ledger module, then a method renamed in its middle."""
-    repo = tmp_path_factory.mktemp("rewrite")
-    _git(repo, "init", "-q")
-    text = (ROOT / "assistd" / "ground" / "ledger.py").read_text()
-    (repo / "ledger.py").write_text(text)
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "first")
-    (repo / "ledger.py").write_text(text.replace("def record_plain_step(", "def plain_step("))
-    _git(repo, "commit", "-qam", "Rename record_plain_step to plain_step")
-    return repo
 
 
 def test_the_oracle_drafts_the_longest_run_the_output_continues_with():
@@ -92,10 +72,10 @@ def test_the_prediction_arms_are_arms_of_their_own():
     assert kinds["suffix"] == "proposer"
 
 
-def test_the_workload_makes_a_file_case_and_a_prediction_case_per_edit(rewrite_repo, target):
+def test_the_workload_makes_a_file_case_and_a_prediction_case_per_edit(edit_repo, target):
     """From one commit: a chat case whose prompt holds the old window and a completion
     case whose prompt is the new text to the change; both predict the old text."""
-    w = rewrite_workload(target, rewrite_repo, 2, 1500)
+    w = rewrite_workload(target, edit_repo, 2, 1500)
     kinds = {c.kind: c for c in w.cases}
     assert set(kinds) == {"file", "prediction"}
     file_case, pred_case = kinds["file"], kinds["prediction"]
@@ -104,12 +84,12 @@ def test_the_workload_makes_a_file_case_and_a_prediction_case_per_edit(rewrite_r
     assert "def plain_step(" not in target.detokenize(pred_case.prediction)
 
 
-def test_a_short_rewrite_run_matches_plain_and_drafts_from_the_prediction(rewrite_repo):
+def test_a_short_rewrite_run_matches_plain_and_drafts_from_the_prediction(edit_repo):
     """``assistd bench --workload rewrite=REPO`` with the prediction arms: every arm's
     output matches plain decoding (exact numerics: batched rows equal one-token rows),
     the prediction arms draft from the prediction, and the rewrite table has a row per
     case with the oracle."""
-    cmd = [sys.executable, "-m", "assistd", "bench", "--workload", f"rewrite={rewrite_repo}",
+    cmd = [sys.executable, "-m", "assistd", "bench", "--workload", f"rewrite={edit_repo}",
            "--proposer", "suffix", "--proposer", "prediction", "--proposer", "prediction+suffix",
            "--cases", "1", "--max-tokens", "32", "--repeats", "1", "--no-library-peer",
            "--numerics", "exact", "--json"]
@@ -130,12 +110,12 @@ def test_a_short_rewrite_run_matches_plain_and_drafts_from_the_prediction(rewrit
         assert set(r["place"]) == {"prediction", "prediction+suffix"}
 
 
-def test_replay_rewrite_walks_the_real_edit_with_every_arm_and_the_oracle(rewrite_repo):
+def test_replay_rewrite_walks_the_real_edit_with_every_arm_and_the_oracle(edit_repo):
     """``assistd replay --rewrite REPO``: the real edited text is the output. Where only
     the prediction holds the rest of the file, the prediction arms commit far more
     tokens per call than suffix (which has nothing to copy), and no arm beats the oracle
     under a flat cost (tokens per call is the speedup there)."""
-    cmd = [sys.executable, "-m", "assistd", "replay", "--rewrite", str(rewrite_repo),
+    cmd = [sys.executable, "-m", "assistd", "replay", "--rewrite", str(edit_repo),
            "--cost-model", "flat", "--k", "64", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -148,10 +128,10 @@ def test_replay_rewrite_walks_the_real_edit_with_every_arm_and_the_oracle(rewrit
                 <= kind["arms"]["oracle"]["tokens_per_call"] + 1e-3)  # (rounded to 3 places)
 
 
-def test_replay_rewrite_refuses_other_inputs_beside_it(rewrite_repo):
+def test_replay_rewrite_refuses_other_inputs_beside_it(edit_repo):
     """--rewrite runs its own arms on its own inputs: a --proposer beside it is a usage
     error, not silently dropped."""
     proc = subprocess.run([sys.executable, "-m", "assistd", "replay", "--rewrite",
-                           str(rewrite_repo), "--proposer", "suffix"],
+                           str(edit_repo), "--proposer", "suffix"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and "--rewrite" in proc.stderr

@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from assistd.serving.client import find_daemon
 from tests.conftest import make_repo, on_remote_target
 
-TOOLS = {"complete_code", "continue_text", "acceptance_stats"}
+TOOLS = {"complete_code", "continue_text", "acceptance_stats", "apply_edit"}
 CALL_TIMEOUT_S = 180  # a first completion loads the Target and calibrates its cost model
 TEST_TIMEOUT_S = 420
 
@@ -82,7 +82,7 @@ def _ok(result, tmp_path: Path) -> dict:
                           " local drafting (tests/serving/test_remote_daemon.py runs the tools"
                           " in-process on the remote Target)")
 async def test_mcp_tools_in_process(tmp_path):
-    """Without a daemon: list the three tools, continue a text, complete at a cursor of a
+    """Without a daemon: list the four tools, continue a text, complete at a cursor of a
     file in a git repository (drafting from its history), read the tuner's statistics of
     both, and get tool errors (not a dead server) for a missing file, a line past the end
     and a bad argument."""
@@ -196,6 +196,16 @@ async def test_mcp_uses_a_daemon_started_after_it(tmp_path):
                     status = client.get("/v1/assistd/status")
                     assert status["requests"]["mcp"] >= 1  # counted as an MCP call
                     assert status["tokens_generated"] >= out["tokens"]
+                    # apply_edit goes to the daemon too (its endpoint takes absolute paths).
+                    calc = tmp_path / "calc.py"
+                    calc.write_text("def add(a, b):\n    return a + b\n")
+                    edit = ("<<<<<<< SEARCH\n    return a + b\n=======\n    return b + a\n"
+                            ">>>>>>> REPLACE\n")
+                    applied = _ok(await s.call_tool("apply_edit", {
+                        "path": str(calc), "edit": edit, "repo": str(tmp_path)}), tmp_path)
+                    assert applied["daemon"] is True and applied["method"] == "search_replace"
+                    assert "+    return b + a" in applied["diff"]
+                    assert calc.read_text() == "def add(a, b):\n    return a + b\n"  # not written
                 finally:
                     client.close()
 
