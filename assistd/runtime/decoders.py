@@ -150,7 +150,7 @@ class LocalDecoder:
         (:class:`proposers.prediction.PredictionProposer`, ``plan``'s proposer as its
         ``inner``): named ``"prediction"`` in the ledger, so the tuner keeps its
         acceptance apart. The per-round ceiling is no tuner's: ``k`` as asked, and with
-        ``"auto"`` the range's top (64), the proposer's cost model cutting each draft
+        ``"auto"`` the prediction's ceiling (63 tokens), the proposer's cost model cutting each draft
         (a prediction's acceptance is the request's own, not the file type's)."""
         draft = PredictionProposer(prediction, start=start, inner=plan.draft,
                                    cost=self.tuner.cost_model())

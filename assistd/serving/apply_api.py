@@ -105,6 +105,7 @@ def daemon_model(service, cancel: threading.Event | None = None) -> ModelFn:
     it to stop the generation before its next round (the client hung up)."""
     from assistd.runtime.chat import chat_prompt_ids
     from assistd.serving.service import GenerationRequest
+    from proposers.prediction import prediction_usage
 
     def model(job: MergeJob) -> ModelRewrite:
         prompt, prediction, max_tokens, stop = merge_generation(service.target, job,
@@ -115,7 +116,8 @@ def daemon_model(service, cancel: threading.Event | None = None) -> ModelFn:
         r = service.generate(gen, AGENT, "apply").result()
         return ModelRewrite(_answer(r.text, r.stop_reason, stop), usage(
             len(prompt), len(r.tokens), ledger=r.ledger, proposer=r.proposer, k=r.k,
-            stop_reason=r.stop_reason, queue_ms=r.queue_ms, prediction=r.prediction))
+            stop_reason=r.stop_reason, queue_ms=r.queue_ms,
+            prediction=prediction_usage(prediction, r.tokens)))  # (this worker's thread)
 
     return model
 

@@ -21,7 +21,6 @@ from assistd.serving.config import Config
 from assistd.ground.options import parse_k
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.scheduler import AGENT, EDITOR, SHELL, Scheduler
-from proposers.prediction import prediction_usage
 
 log = logging.getLogger("assistd.service")
 
@@ -66,8 +65,6 @@ class GenerationResult:
     proposer: str
     k: int | str
     queue_ms: float
-    # (accepted, rejected) prediction tokens as OpenAI counts them; None: no prediction
-    prediction: tuple[int, int] | None = None
 
     @property
     def finish_reason(self) -> str:
@@ -211,16 +208,14 @@ class Service:
             streamer.finish(gen.text)
         self.generations_cancelled += gen.stop_reason == "cancelled"
         # The plan drafted from the prediction when it had tokens and the plan drafts at
-        # all (LocalDecoder.run); usage counts any prediction sent, empty included.
+        # all (LocalDecoder.run). (Usage's prediction counts are the API's, off this thread.)
         drafted = bool(req.prediction) and plan.speculative and not rt.remote
         return GenerationResult(text=gen.text, tokens=gen.tokens, stop_reason=gen.stop_reason,
                                 ledger=gen.ledger.as_dict(),
                                 proposer="prediction" if drafted else plan.proposer,
                                 # a remote Target drafts nothing: 0, as its plan says
                                 k=plan.k if plan.speculative or rt.remote else parse_k(k),
-                                queue_ms=round(queue_ms, 2),
-                                prediction=prediction_usage(req.prediction, gen.tokens)
-                                if req.prediction is not None else None)
+                                queue_ms=round(queue_ms, 2))
 
     def complete_at(self, args: dict) -> Future:
         """``assistd complete`` through the daemon: :func:`assistd.runtime.session.complete_at`
