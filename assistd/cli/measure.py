@@ -134,13 +134,14 @@ def replay(files, git_repo, git_commits, rewrite, proposers, k, cost_model, tree
 def _rewrite_report(path: Path, k: int, cost_model: str, model) -> dict:
     """``replay --rewrite``'s report (:func:`assistd.measure.replay_rewrite.replay_rewrite`)."""
     from assistd.measure.replay import resolve_cost_model
-    from assistd.measure.replay_rewrite import replay_rewrite
+    from assistd.measure.replay_rewrite import replay_rewrite, rewrite_edits
     from assistd.targets.open import open_target
 
+    edits = rewrite_edits(path)  # a bad input fails before the model loads and calibrates
     target = open_target(model)
     try:
         cost = resolve_cost_model(cost_model, target)
-        report = replay_rewrite(path, target.tokenize, cost, k=k)
+        report = replay_rewrite(edits, path, target.tokenize, cost, k=k)
     finally:
         target.close()
     return {"k": k, "cost_model": cost.as_dict(), **report}

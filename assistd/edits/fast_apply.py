@@ -34,6 +34,7 @@ from assistd.ground.errors import InputError
 from assistd.ground.languages import language_id
 from assistd.ground.paths import is_dir, user_path
 from storage.indexer import DEFAULT_MAX_BYTES, is_binary
+from storage.secrets import redact
 from storage.walk import NOT_REGULAR, OUTSIDE, SYMLINK, IgnoreRules, Refused, open_checked
 
 _REFUSED = {
@@ -116,17 +117,51 @@ def _locate(path: str | os.PathLike, scope: str | os.PathLike) -> tuple[Path, Pa
     return root, full, rel
 
 
+# Folders that hold version-control internals or credentials: a file under one is never
+# read, whatever the scope (a client's scope of ".git" or "~/.aws" would otherwise make
+# the ignore rules, which are relative to it, see nothing to exclude).
+DENIED_DIRS = frozenset({".git", ".hg", ".svn", ".ssh", ".aws", ".gnupg", ".docker", ".kube",
+                         ".azure", ".gcloud", ".password-store"})
+DENIED_NAMES = frozenset({".git-credentials", ".netrc", ".pgpass", ".npmrc", ".pypirc",
+                          "credentials", ".htpasswd"})
+
+
+def _denied(full: Path, root: Path) -> str | None:
+    """Why the file at ``full`` (its directories resolved) is never read, or None: a
+    scope of the filesystem root or the home folder itself (a repository, please), a
+    credentials or version-control folder on its path, a credentials file name, any
+    ``.env`` variant (case-insensitive, ``prod.env`` included)."""
+    if root == Path(root.anchor) or root == Path.home().resolve():
+        return (f"the scope {root} is too wide: pass the repository (or project folder) the"
+                " file belongs to")
+    parts = {p.lower() for p in full.parts[:-1]}
+    hit = parts & DENIED_DIRS
+    if hit:
+        return f"it is under {sorted(hit)[0]}/ (version control or credentials)"
+    name = full.name.lower()
+    if name == ".env.example":  # a template without values, as the history keeps it
+        return None
+    if name in DENIED_NAMES or name.startswith(".env") or name.endswith(".env"):
+        return "a credentials or environment file"
+    return None
+
+
 def read_source(path: str | os.PathLike, scope: str | os.PathLike, *,
                 max_bytes: int = DEFAULT_MAX_BYTES) -> SourceFile:
     """The text of ``path`` for an edit, under the history's path rules (module doc).
     ``max_bytes``: the size cap (the indexer's default). Raises :class:`InputError`
-    naming the file and the rule it broke: outside the scope, ignored, not a regular
-    file, a symbolic link, missing, unreadable, too large, binary, not UTF-8."""
+    naming the file and the rule it broke: a scope too wide, a credentials or
+    version-control folder or file (:func:`_denied`), outside the scope, ignored, not a
+    regular file, a symbolic link, missing, unreadable, too large, binary, not UTF-8, or
+    holding a secret (the history's filter, :func:`storage.secrets.redact`: the result
+    goes back to an agent whole, and secrets never leave through assistd)."""
     root, full, rel = _locate(path, scope)
     if IgnoreRules(root).excluded(rel, False):
         raise InputError(f"{rel}: refused: the history's ignore rules exclude it (built-in"
                          " excludes such as .git/, .env*, keys and credentials files, then"
                          " .gitignore and .assistdignore)")
+    if (why := _denied(full, root)) is not None:
+        raise InputError(f"{rel}: refused: {why}")
     try:
         with open_checked(full, root=root) as f:
             data = f.read(max_bytes + 1)
@@ -148,6 +183,12 @@ def read_source(path: str | os.PathLike, scope: str | os.PathLike, *,
     except UnicodeDecodeError as e:
         raise InputError(f"{rel}: not UTF-8 text (invalid byte at offset {e.start}); only"
                          " UTF-8 files are edited") from None
+    found = redact(text, filename=rel)
+    if found.count:
+        kinds = ", ".join(sorted(found.kinds)) or "a secret"
+        raise InputError(f"{rel}: refused: it holds {found.count} secret value(s) ({kinds});"
+                         " fast apply gives files back whole and never passes secrets on."
+                         " Edit it yourself, or move the secret out of the file")
     return SourceFile(rel, text, language_id(rel))
 
 

@@ -137,7 +137,8 @@ def answer_budget(original_tokens: int, snippet_tokens: int) -> int:
 def merge_warnings(original: str, snippet: str, merged: str, language: str) -> list[str]:
     """What looks wrong in a model's merge without being an error, checked by rule: the
     file given back unchanged, code lines of the snippet (elision lines aside) missing
-    from the result, elision comments left in it, or half the file gone.
+    from the result, elision comments left in it, half the file gone, or (where the
+    snippet elides code) original lines gone that the snippet does not replace.
 
     >>> merge_warnings("a = 1\\n", "# ...\\nb = 2\\n", "a = 1\\n", "python")
     ['the model gave the file back unchanged: the snippet was not merged']
@@ -162,6 +163,17 @@ def merge_warnings(original: str, snippet: str, merged: str, language: str) -> l
     if n_old >= 10 and n_new < n_old // 2:
         out.append(f"the merged file has {n_new} lines, the original {n_old}: the model may"
                    " have dropped code")
+    elif elided:
+        # An elision says "keep this code": original code lines that are neither in the
+        # result nor in the snippet were dropped, past the ones the snippet's own lines
+        # may have replaced (at most one each).
+        kept = present | set(code)
+        dropped = [line.strip() for line in original.splitlines()
+                   if line.strip() and line.strip() not in kept]
+        if len(dropped) > len(code):
+            out.append(f"{len(dropped)} code lines of the original are gone though the snippet"
+                       f" elides unchanged code (first: {dropped[0][:60]!r}): the model may"
+                       " have dropped code")
     return out
 
 

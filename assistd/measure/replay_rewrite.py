@@ -104,22 +104,34 @@ def replay_turns(turns: Sequence[dict], cost: CostModel, *, k: int = K_MAX,
     return report
 
 
-def replay_rewrite(path: Path, tokenize: Callable[[str], list[int]], cost: CostModel, *,
-                   limit: int = 24, k: int = K_MAX) -> dict:
-    """Rewrite cases from ``path`` (a git repository, or transcripts: a file or a folder
-    of ``.jsonl``) replayed by :func:`replay_turns`. Raises :class:`InputError` when
-    there is no case."""
+def rewrite_edits(path: Path, *, limit: int = 24) -> list:
+    """Rewrite cases (:mod:`assistd.measure.rewrite_cases`) from ``path``: a git
+    repository, or transcripts (a file or a folder of ``.jsonl``). Raises
+    :class:`InputError` when git fails there (no commits yet) or there is no case: before
+    any model loads."""
+    import subprocess
+
     from assistd.measure.bench_rewrite import MAX_CASE_CHARS, WINDOW_LINES
     from assistd.measure.rewrite_cases import git_cases, transcript_cases
 
     options = {"limit": limit, "window": WINDOW_LINES, "max_chars": MAX_CASE_CHARS}
     if (path / ".git").exists():
-        edits = git_cases(path, **options)
+        try:
+            edits = git_cases(path, **options)
+        except subprocess.CalledProcessError:
+            raise InputError(f"--rewrite {path}: git cannot read its history (no commits"
+                             " yet?); pick a repository with history") from None
     else:
         files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
         edits = transcript_cases(files, **options)
     if not edits:
         raise InputError(f"--rewrite {path}: no edit found (a git repository with history,"
                          " or transcripts whose edits carry the file before them)")
-    return {"source": str(path), "edits": len(edits),
+    return edits
+
+
+def replay_rewrite(edits: list, source: Path, tokenize: Callable[[str], list[int]],
+                   cost: CostModel, *, k: int = K_MAX) -> dict:
+    """``edits`` (:func:`rewrite_edits` of ``source``) replayed by :func:`replay_turns`."""
+    return {"source": str(source), "edits": len(edits),
             "kinds": replay_turns(rewrite_turns(edits, tokenize), cost, k=k)}

@@ -37,7 +37,7 @@ from assistd.ground.errors import InputError
 from assistd.ground.paths import user_path
 from assistd.runtime.scheduler import AGENT
 from assistd.serving.openai_wire import parse_request, usage
-from storage.indexer import find_repository_root
+from storage.indexer import find_repository_root, is_repository
 
 MAX_PATH = 4096
 OWNER = "apply"  # labels the generation's KV sequence in status
@@ -59,8 +59,8 @@ def edit_target(path: str, repo: str | None, *, cwd: Path | None = None) -> tupl
     """``(the file's absolute path, the scope)`` for an edit request. A relative ``path``
     is taken from ``repo``, else from ``cwd`` (the MCP server's; the daemon has none);
     the scope is ``repo``, else the nearest ancestor of the file's directory holding
-    ``.git`` (the directory itself outside any repository). Raises InputError for a
-    relative path with neither."""
+    ``.git``. Raises InputError for a relative path with neither, and for a file in no
+    git repository without ``repo`` (an agent must name the folder it may read)."""
     p = user_path(path)
     if not p.is_absolute():
         base = user_path(repo) if repo else cwd
@@ -72,6 +72,9 @@ def edit_target(path: str, repo: str | None, *, cwd: Path | None = None) -> tupl
     # the directory's repository (not the file's own resolved name: a link is refused as a
     # link by apply_edit, not taken to the repository it points into)
     scope = user_path(repo) if repo else find_repository_root(p.parent)
+    if not repo and not is_repository(scope):
+        raise InputError(f"{p} is in no git repository: pass repo (the project folder it"
+                         " belongs to) to edit it")
     return p, scope
 
 

@@ -102,3 +102,16 @@ def test_edit_target_takes_relative_paths_from_repo_or_cwd_and_finds_the_root(tm
     assert edit_target(str(root / "pkg" / "m.py"), None) == (root / "pkg" / "m.py", root)
     with pytest.raises(InputError, match="is relative"):
         edit_target("m.py", None)
+
+
+def test_a_file_in_no_repository_needs_repo(tmp_path):
+    """Without ``repo``, a file outside any git repository is refused (an agent names the
+    folder it may read); with it, it is read."""
+    from assistd.serving.apply_api import edit_target
+
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "a.py").write_text("x = 1\n")
+    with pytest.raises(InputError, match="no git repository"):
+        edit_target(str(loose / "a.py"), None)
+    assert edit_target(str(loose / "a.py"), str(loose)) == (loose / "a.py", loose)

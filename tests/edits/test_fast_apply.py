@@ -323,3 +323,60 @@ def test_the_model_path_restores_blank_lines_and_says_so(repo):
                    scope=repo, model=lambda job: ModelRewrite(f"```python\n{squeezed}```"))
     assert r.text == APP.replace("json.dump(data, f)", "json.dump(data, f, indent=2)")
     assert r.warnings == ["restored 2 blank line(s) the model dropped"]
+
+
+def _block(search: str, replace: str) -> str:
+    return f"<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n"
+
+
+def test_a_scope_inside_git_internals_or_too_wide_is_refused(repo):
+    """A newcomer's finding: with the scope set to the repository's .git folder the
+    ignore rules (relative to the scope) excluded nothing, and .git/config came back
+    whole, a remote's token included. A credentials or version-control folder on the
+    path is refused whatever the scope, and so is a scope of / or the home folder."""
+    (repo / ".git" / "config").write_text("[core]\n\turl = https://u:ghp_x@example.com/r\n")
+    with pytest.raises(InputError, match=r"under \.git/"):
+        apply_edit("config", _block("[core]", "[x]"), scope=repo / ".git")
+    with pytest.raises(InputError, match="too wide"):
+        apply_edit(str(repo / "app.py"), EDIT, scope="/")
+    aws = repo / "home" / ".aws"
+    aws.mkdir(parents=True)
+    (aws / "config").write_text("[default]\nregion = x\n")
+    with pytest.raises(InputError, match=r"under \.aws/"):
+        apply_edit("config", _block("[default]", "[x]"), scope=aws)
+
+
+@pytest.mark.parametrize("name", [".ENV", "prod.env", ".git-credentials", "credentials"])
+def test_environment_and_credentials_files_are_refused_by_name(repo, name):
+    """Any .env variant (any case, prod.env too) and credentials file names."""
+    (repo / name).write_text("A=1\n")
+    with pytest.raises(InputError, match="credentials or environment"):
+        apply_edit(name, _block("A=1", "A=2"), scope=repo)
+
+
+@pytest.mark.parametrize("text", [
+    'TOKEN = "ghp_' + 'Zx8Kq2Lm9Pw4Rt6Yu1Io3As5Df7Gh0Jk8Lz2V"\nx = 1\n',
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n" + "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ" * 3
+    + "\n-----END OPENSSH PRIVATE KEY-----\nx = 1\n",
+    "[default]\naws_access_key_id = AKIA" + "IOSFODNN7EXAMPLF\naws_secret_access_key = wJalrXUtnFEMI"
+    "/K7MDENG/bPxRfiCYEXAMPLEKEZ\nx = 1\n",
+], ids=["github token", "private key", "aws keys"])
+def test_a_file_holding_a_secret_is_refused_and_the_error_quotes_none(repo, text):
+    """The history's secrets filter runs on the file: a hit refuses it (the result would
+    go back to an agent whole), naming the kind, quoting no secret."""
+    (repo / "keys.txt").write_text(text)
+    with pytest.raises(InputError, match="secret") as e:
+        apply_edit("keys.txt", _block("x = 1", "x = 2"), scope=repo)
+    assert "ghp_" not in str(e.value) and "wJalr" not in str(e.value)
+
+
+def test_a_merge_that_drops_code_the_snippet_elides_is_warned_about():
+    """A newcomer's finding: a lazy merge dropped a whole function after an
+    '... existing code ...' marker with no warning (the file was not halved). Original
+    lines gone beyond those the snippet may replace now warn; a right merge does not."""
+    orig = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    x = a\n    y = b\n" \
+           "    return x - y\n"
+    snip = "def add(a, b):\n    return a + b + 0\n# ... existing code ...\n"
+    bad = merge_warnings(orig, snip, "def add(a, b):\n    return a + b + 0\n", "python")
+    assert any("code lines of the original are gone" in w for w in bad), bad
+    assert merge_warnings(orig, snip, orig.replace("a + b\n", "a + b + 0\n"), "python") == []
