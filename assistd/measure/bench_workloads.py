@@ -479,7 +479,8 @@ def rewrite_workload(target, path: Path | None, n_cases: int, budget: int) -> Wo
     :class:`InputError` when no edit fits ``budget`` prompt tokens."""
     from assistd.measure.bench_rewrite import (MAX_CASE_CHARS, OPEN_ANSWER, WINDOW_LINES,
                                                continuation_split, file_messages)
-    from assistd.measure.rewrite_cases import git_cases, transcript_cases
+    from assistd.measure.rewrite_cases import git_cases
+    from assistd.measure.rewrite_transcripts import transcript_cases
     from assistd.runtime.chat import chat_prompt_ids
 
     source = Path(path) if path is not None else Path.cwd()

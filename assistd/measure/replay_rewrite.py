@@ -112,7 +112,8 @@ def rewrite_edits(path: Path, *, limit: int = 24) -> list:
     import subprocess
 
     from assistd.measure.bench_rewrite import MAX_CASE_CHARS, WINDOW_LINES
-    from assistd.measure.rewrite_cases import git_cases, transcript_cases
+    from assistd.measure.rewrite_cases import git_cases
+    from assistd.measure.rewrite_transcripts import transcript_cases
 
     options = {"limit": limit, "window": WINDOW_LINES, "max_chars": MAX_CASE_CHARS}
     if (path / ".git").exists():

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from assistd.measure.rewrite_cases import (
-    RewriteCase, apply_update, changed_share, edit_window, git_cases, parse_patch,
-    read_output_text, transcript_cases,
+    RewriteCase, changed_share, edit_window, git_cases,
+)
+from assistd.measure.rewrite_transcripts import (
+    apply_update, parse_patch, transcript_cases,
 )
 from tests.conftest import FIXTURES, needs_fixtures
 
