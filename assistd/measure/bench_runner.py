@@ -19,7 +19,6 @@ from assistd.measure.bench_arms import Arm
 from assistd.measure.bench_ledger import ArmTotals, arm_row, measured_t
 from assistd.measure.bench_workloads import Case, Workload
 from assistd.runtime.runtime import Plan, Runtime, index_width
-from proposers.prediction import K_MAX as PREDICTION_K_MAX
 from proposers.prediction import PredictionProposer
 
 
@@ -205,23 +204,21 @@ class Bench:
         return g.tokens, g.ledger.committed_tokens, g.ledger.decode_ms, g.ledger
 
     def _prediction_plan(self, arm: Arm, case: Case, rt: Runtime) -> Plan:
-        """A prediction arm's plan, as the API runs a request with a prediction
-        (:meth:`assistd.runtime.decoders.LocalDecoder.with_prediction`): the case's
-        prediction, with suffix inside for ``prediction+suffix``; without a prediction
-        the inner proposer alone (or plain decoding)."""
-        cost = rt.tuner.cost_model()
+        """A prediction arm's plan, built as the API builds it for a request with a
+        prediction (:meth:`assistd.runtime.decoders.LocalDecoder.with_prediction`): the
+        case's prediction, with suffix inside for ``prediction+suffix``; without a
+        prediction the inner proposer alone (or plain decoding)."""
         inner = None
         if arm.proposer == "prediction+suffix":
-            inner = self._proposer(Arm("suffix", "proposer", "suffix", arm.k), rt.index, cost)
+            inner = self._proposer(Arm("suffix", "proposer", "suffix", arm.k), rt.index,
+                                   rt.tuner.cost_model())
+        if inner is None and case.prediction is None:
+            return Plan("none", None, 0, 0, None, case.language)
+        k = K_MAX if arm.k == "auto" else arm.k
+        plan = Plan("suffix", inner, arm.k, k, None, case.language)
         if case.prediction is None:
-            if inner is None:
-                return Plan("none", None, 0, 0, None, case.language)
-            k = K_MAX if arm.k == "auto" else arm.k
-            return Plan("suffix", inner, arm.k, k, None, case.language)
-        draft = PredictionProposer(case.prediction, start=len(case.prompt), inner=inner,
-                                   cost=cost)
-        k = PREDICTION_K_MAX if arm.k == "auto" else arm.k
-        return Plan("prediction", draft, arm.k, k, None, case.language)
+            return plan
+        return rt.decoder.with_prediction(plan, case.prediction, start=len(case.prompt))
 
     def _match(self, case: Case, first: dict[str, list[int]], totals: dict) -> None:
         """Output match of every arm's first repeat against plain's (see the module)."""
