@@ -9,7 +9,12 @@ Endpoints:
   An ``assistd`` object in the body (``extra_body`` in the openai package) picks
   ``proposer``, ``k``, the history ``scope`` (a repository path), ``language`` and
   ``priority`` (editor, shell, agent).
+  A top-level ``metrics`` object (on a stream: with the last ``usage``) has the
+  generation's ``speculative_decoding`` acceptance as vLLM's
+  ``--per-request-spec-decode-metrics summary`` gives it (:func:`response_metrics`).
 - ``GET /v1/models``, ``GET /v1/assistd/stats``, ``GET /v1/assistd/status``, ``GET /healthz``.
+- ``GET /metrics``: Prometheus' text exposition (:mod:`assistd.serving.metrics`), read
+  from the same ledger and suggestion store as ``/v1/assistd/stats``.
 - ``POST /v1/assistd/complete`` (``assistd complete``, the MCP tools): the shell front
   end as a client of the daemon. Editors (``assistd lsp``) use the socket beside this
   one (:mod:`assistd.serving.lsp_host`).
@@ -44,7 +49,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from assistd.ground.errors import AssistdError, InputError, ModelError
@@ -78,12 +83,14 @@ from assistd.serving.openai_wire import (  # noqa: F401 - re-exported: the API's
     model_list_body,
     parse_request,
     response_id,
+    response_metrics,
     sampling_of,
     stop_list,
     usage,
     usage_chunk_body,
 )
 from assistd.serving.apply_api import apply_endpoint
+from assistd.serving.metrics import CONTENT_TYPE, exposition, metrics_registry, read_snapshot
 from assistd.serving.service import GenerationRequest, GenerationResult, Service
 from proposers.prediction import prediction_usage
 
@@ -162,6 +169,10 @@ async def _usage(gen: GenerationRequest, r: GenerationResult) -> dict:
                  prediction=prediction)
 
 
+def _metrics(r: GenerationResult) -> dict:
+    return response_metrics(r.ledger, proposer=r.proposer, k=r.k)
+
+
 # -- running a generation ---------------------------------------------------------------
 
 
@@ -217,10 +228,11 @@ async def _events(queue: asyncio.Queue, gen: GenerationRequest, head: tuple, *,
                 status, message = _status_of(e)
                 yield _sse(error_body(message, kind=error_type(status)))
                 break
-            u = await _usage(gen, r)
-            yield _sse(chunk_body(*head, chat=chat, finish_reason=r.finish_reason, usage=u))
+            u, m = await _usage(gen, r), _metrics(r)
+            yield _sse(chunk_body(*head, chat=chat, finish_reason=r.finish_reason, usage=u,
+                                  metrics=m))
             if include_usage:
-                yield _sse(usage_chunk_body(*head, u, chat=chat))
+                yield _sse(usage_chunk_body(*head, u, chat=chat, metrics=m))
             break
         yield "data: [DONE]\n\n"
     finally:
@@ -234,7 +246,8 @@ async def _respond(service: Service, request: Request, req: _Common,
     if not req.stream:
         r = await _wait(request, gen, service.generate(gen, _priority_of(req)))
         u = await _usage(gen, r)
-        return JSONResponse(completion_body(*head, r.text, r.finish_reason, u, chat=chat))
+        return JSONResponse(completion_body(*head, r.text, r.finish_reason, u, chat=chat,
+                                            metrics=_metrics(r)))
     queue = _start_streaming(service, gen, _priority_of(req))
     include_usage = bool((req.stream_options or {}).get("include_usage"))
     return StreamingResponse(_events(queue, gen, head, chat=chat, include_usage=include_usage),
@@ -349,6 +362,13 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
     async def status(request: Request):
         return JSONResponse(service.status())
 
+    # Read on the engine thread at each scrape (the store's connection is its), as stats is.
+    registry = metrics_registry(lambda: service.submit(
+        lambda: read_snapshot(service.runtime), EDITOR, "metrics").result())
+
+    async def metrics(request: Request):
+        return Response(await run_in_threadpool(exposition, registry), media_type=CONTENT_TYPE)
+
     async def complete(request: Request):
         req = parse_request(CompleteRequest,
                             await _read_json(request, config.max_request_bytes))
@@ -373,6 +393,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
         Route("/v1/assistd/complete", complete, methods=["POST"]),
         Route("/v1/assistd/apply", apply_endpoint(service, _read_json), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: _on_api_error, AssistdError: _on_error, ValueError: _on_error,

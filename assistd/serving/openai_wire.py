@@ -11,7 +11,8 @@ What this module holds, and nothing about HTTP or the service:
 - pure builders of the response bodies: a completion or chat completion
   (:func:`completion_body`), a streamed chunk (:func:`chunk_body`,
   :func:`usage_chunk_body`), the ``usage`` object with its ``assistd`` part
-  (:func:`usage`), the model list (:func:`model_list_body`, :func:`model_body`).
+  (:func:`usage`), the per-response ``metrics`` object (:func:`response_metrics`), the
+  model list (:func:`model_list_body`, :func:`model_body`).
 
 The shapes follow the OpenAI API reference:
 https://platform.openai.com/docs/api-reference/completions and
@@ -345,6 +346,53 @@ def usage(prompt_tokens: int, completion_tokens: int, *, ledger: dict, proposer:
                         "stop_reason": stop_reason, "queue_ms": queue_ms}}
 
 
+# Plans that draw no draft here: plain decoding, and a remote Target's server.
+UNDRAFTED = ("none", "remote")
+
+
+def response_metrics(ledger: dict, *, proposer: str, k: int | str) -> dict:
+    """``{"speculative_decoding": {...} | None}``: vLLM's per-request acceptance metrics
+    (``--per-request-spec-decode-metrics summary``; a top-level ``metrics`` object beside
+    ``usage``, which OpenAI's clients ignore), from the generation's own ledger
+    (:meth:`assistd.ground.ledger.Ledger.as_dict`). ``None`` when the plan drafted
+    nothing here (``proposer`` "none" or "remote"), as vLLM's with speculation off.
+
+    Fields: ``num_spec_steps`` (rounds with a draft), ``num_draft_tokens``,
+    ``num_accepted_draft_tokens`` (bonus tokens excluded), ``mean_acceptance_length``
+    (1 + accepted / steps; None without steps), ``draft_acceptance_rate`` (accepted /
+    drafted; None without drafts), ``num_spec_tokens`` (the draft ceiling ``k``; with
+    ``"auto"``, the longest draft the generation made) and ``acceptance_histogram``
+    (index j: steps that accepted exactly j draft tokens; ``num_spec_tokens + 1``
+    entries). vLLM's ``acceptance_histogram_by_draft_length`` is left out: the ledger
+    does not keep accepted counts by draft length.
+
+    >>> m = response_metrics({"rounds": 3, "draft_tokens": 7, "accepted_tokens": 4,
+    ...     "accepted_per_position": [2, 1, 1], "reached_per_position": [3, 2, 2],
+    ...     "acceptance_rate": 4 / 7, "mean_acceptance_length": 1 + 4 / 3},
+    ...     proposer="ngram", k=3)["speculative_decoding"]
+    >>> m["acceptance_histogram"], m["num_spec_steps"], m["num_accepted_draft_tokens"]
+    ([1, 1, 0, 1], 3, 4)
+    """
+    if proposer in UNDRAFTED:
+        return {"speculative_decoding": None}
+    rounds = int(ledger.get("rounds") or 0)
+    at_least = [int(x) for x in ledger.get("accepted_per_position") or []]  # >= i+1 accepted
+    longest = len(ledger.get("reached_per_position") or [])
+    n = max(k if isinstance(k, int) else longest, len(at_least))
+    at_least += [0] * (n - len(at_least))
+    # exactly j accepted = (at least j) - (at least j + 1); at least 0 is every step
+    histogram = [a - b for a, b in zip([rounds] + at_least, at_least + [0])]
+    return {"speculative_decoding": {
+        "mean_acceptance_length": ledger.get("mean_acceptance_length"),
+        "draft_acceptance_rate": ledger.get("acceptance_rate"),
+        "acceptance_histogram": histogram,
+        "num_spec_steps": rounds,
+        "num_accepted_draft_tokens": int(ledger.get("accepted_tokens") or 0),
+        "num_draft_tokens": int(ledger.get("draft_tokens") or 0),
+        "num_spec_tokens": n,
+    }}
+
+
 def remote_counts(ledger: dict) -> tuple[int, int]:
     """``(prompt tokens, completion tokens)`` of a remote generation's ledger (its
     ``RemoteLedger.as_dict()``): the server's own ``usage`` where it sent one, else the
@@ -366,14 +414,16 @@ def remote_counts(ledger: dict) -> tuple[int, int]:
 
 
 def completion_body(rid: str, created: int, model: str, text: str, finish_reason: str,
-                    usage: dict, *, chat: bool) -> dict:
+                    usage: dict, *, chat: bool, metrics: dict | None = None) -> dict:
     """A non-streamed answer: ``{"id", "object", "created", "model", "choices": [one],
-    "usage"}``; the choice has ``message`` (chat) or ``text``."""
+    "usage"}``, plus ``metrics`` when given (:func:`response_metrics`); the choice has
+    ``message`` (chat) or ``text``."""
     choice = ({"index": 0, "message": {"role": "assistant", "content": text},
                "finish_reason": finish_reason, "logprobs": None} if chat else
               {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None})
     return {"id": rid, "object": "chat.completion" if chat else "text_completion",
-            "created": created, "model": model, "choices": [choice], "usage": usage}
+            "created": created, "model": model, "choices": [choice], "usage": usage,
+            **({} if metrics is None else {"metrics": metrics})}
 
 
 def _chunk_object(chat: bool) -> str:
@@ -382,11 +432,12 @@ def _chunk_object(chat: bool) -> str:
 
 def chunk_body(rid: str, created: int, model: str, *, chat: bool, text: str | None = None,
                finish_reason: str | None = None, first: bool = False,
-               usage: dict | None = None) -> dict:
+               usage: dict | None = None, metrics: dict | None = None) -> dict:
     """One streamed chunk: ``{"id", "object", "created", "model", "choices": [one]}``,
-    plus ``usage`` when given (the last one). A chat choice has a ``delta``: the first
-    chunk's is ``{"role": "assistant", "content": ""}``, then ``{"content": text}``, and
-    ``{}`` with no text; a text choice has ``text`` ("" with none)."""
+    plus ``usage`` and ``metrics`` when given (the last one). A chat choice has a
+    ``delta``: the first chunk's is ``{"role": "assistant", "content": ""}``, then
+    ``{"content": text}``, and ``{}`` with no text; a text choice has ``text`` ("" with
+    none)."""
     if chat:
         delta = {"role": "assistant", "content": ""} if first else (
             {"content": text} if text is not None else {})
@@ -399,14 +450,17 @@ def chunk_body(rid: str, created: int, model: str, *, chat: bool, text: str | No
             "choices": [choice]}
     if usage is not None:
         body["usage"] = usage
+    if metrics is not None:
+        body["metrics"] = metrics
     return body
 
 
-def usage_chunk_body(rid: str, created: int, model: str, usage: dict, *, chat: bool) -> dict:
+def usage_chunk_body(rid: str, created: int, model: str, usage: dict, *, chat: bool,
+                     metrics: dict | None = None) -> dict:
     """The chunk ``stream_options.include_usage`` asks for: ``"choices": []`` and
-    ``usage``."""
+    ``usage``, plus ``metrics`` when given (where vLLM's streamed ``metrics`` ride)."""
     return {"id": rid, "object": _chunk_object(chat), "created": created, "model": model,
-            "choices": [], "usage": usage}
+            "choices": [], "usage": usage, **({} if metrics is None else {"metrics": metrics})}
 
 
 def model_list_body(model_id: str, created: int, *, n_ctx: int, backend: str) -> dict:
