@@ -22,6 +22,7 @@ from pathlib import Path
 from assistd.decoding.engine import Generation, generate
 from assistd.decoding.tuner import K_MAX, Tuner
 from assistd.ground.errors import InputError, ModelError
+from assistd.ground.ledger import Ledger
 from assistd.ground.sampling import GREEDY, SamplingParams
 from assistd.runtime.sequences import SequencePool
 from assistd.targets.base import Target
@@ -79,6 +80,10 @@ class LocalDecoder:
                  sequences: SequencePool):
         self.target, self.tuner, self.index, self.sequences = target, tuner, index, sequences
         self.tokens_generated = 0
+        # Since this process started, undecayed (the tuner's ledger fades): the decode
+        # counters of every generation by (language, proposer), for /metrics' counters.
+        self.totals: dict[tuple[str, str], Ledger] = {}
+        self.prompt_tokens = 0
 
     def plan(self, proposer: str, k: int | str, language: str, *, history: bool,
              draft_model: Path | None) -> Plan:
@@ -143,6 +148,8 @@ class LocalDecoder:
         if record:
             self.tuner.record(scope, plan.language, plan.proposer, gen.ledger)
         self.tokens_generated += len(gen.tokens)
+        self.prompt_tokens += len(prompt)
+        self.totals.setdefault((plan.language, plan.proposer), Ledger()).add(gen.ledger)
         return gen
 
     def with_prediction(self, plan: Plan, prediction: list[int], *, start: int) -> Plan:
@@ -177,6 +184,8 @@ class RemoteDecoder:
                  index: HistoryIndex | None = None, sequences: SequencePool | None = None):
         self.target = target  # (the local decoder's parts are not used: the server decodes)
         self.tokens_generated = 0
+        self.totals: dict[tuple[str, str], Ledger] = {}  # nothing drafts here: stays empty
+        self.prompt_tokens = 0
 
     def plan(self, proposer: str, k: int | str, language: str, *, history: bool,
              draft_model: Path | None) -> Plan:
@@ -197,6 +206,7 @@ class RemoteDecoder:
         r = t.complete(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
                        stop_at=stop_at, cancelled=cancelled, between_rounds=between_rounds)
         self.tokens_generated += r.ledger.committed_tokens  # the server's tokens
+        self.prompt_tokens += len(prompt)
         return Generation(tokens=r.tokens, text=r.text, stop_reason=r.stop_reason,
                           ledger=r.ledger, speculation_off=t.speculation_off)
 

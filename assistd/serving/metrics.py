@@ -2,13 +2,15 @@
 
 One job: turn what the runtime already keeps into metric families, read at scrape time by
 a custom collector on the app's own :class:`~prometheus_client.CollectorRegistry` (never
-the process-global one). Nothing is counted here: every value is read from the books
-``GET /v1/assistd/stats`` reads, so the two cannot disagree.
+the process-global one). Nothing is counted here.
 
 Metric names follow vLLM v1's speculative-decoding metrics under an ``assistd:`` prefix
 (``vllm:spec_decode_*`` in ``vllm/v1/spec_decode/metrics.py``), labelled ``language``
 (the LSP language id a generation ran under; ``plaintext`` by default) and ``proposer``
-(``suffix``, ``ngram``, ``prediction``, ...; ``none`` is plain decoding):
+(``suffix``, ``ngram``, ``prediction``, ...; ``none`` is plain decoding). Like vLLM's,
+they are **counters** since the daemon started (:attr:`Runtime.totals
+<assistd.runtime.runtime.Runtime.totals>`, every generation's ledger summed), so
+PromQL's ``rate()`` applies; the exposition adds ``_total``:
 
 ``assistd:spec_decode_num_drafts``
     Verification rounds that had a draft (the ledger's R; vLLM: drafts).
@@ -20,17 +22,14 @@ Metric names follow vLLM v1's speculative-decoding metrics under an ``assistd:``
     Rounds whose draft position ``position`` was accepted, ``position`` counted from 0 as
     vLLM does (the ledger's ``accepted_per_position``); summed over positions it is C.
 
-These four are **gauges**, not counters: they are the tuner's ledger, whose counts fade
-with a half-life of 7 days and are capped per row (:mod:`storage.ledger_store`). Ratios of
-them are rates as the tuner sees them: acceptance rate ``accepted_tokens / draft_tokens``,
-mean acceptance length ``1 + accepted_tokens / drafts``, per-position acceptance
-``accepted_tokens_per_pos / drafts``. (PromQL's ``rate()`` would take each fall of a
-fading count for a counter reset.) Only the daemon's own Target is shown; its rows over
-every history scope are summed, as ``/v1/assistd/stats`` without ``scope`` lists them.
+Acceptance rate is ``rate(accepted_tokens) / rate(draft_tokens)``, mean acceptance length
+``1 + rate(accepted_tokens) / rate(drafts)``. A remote Target's server decodes: these stay
+empty there (vLLM's own ``/metrics`` has its counts). The tuner's view, which fades with a
+half-life of 7 days, stays in ``/v1/assistd/stats``.
 
-``assistd:generation_tokens`` (a counter: ``assistd:generation_tokens_total``)
-    Tokens generated since the daemon started, by every front end (the ``daemon``
-    section's ``tokens_generated`` in ``/v1/assistd/stats``).
+``assistd:generation_tokens`` and ``assistd:prompt_tokens`` (counters)
+    Tokens generated, and prompt tokens sent, since the daemon started, by every front end
+    (``tokens_generated`` in ``/v1/assistd/stats``' ``daemon`` section).
 ``assistd:editor_suggestions_shown``, labelled ``language``
     Editor suggestions shown to the user (stored; a gauge: ``history forget`` deletes).
 ``assistd:editor_suggestions_outcome``, labelled ``language`` and ``outcome``
@@ -38,9 +37,6 @@ every history scope are summed, as ``/v1/assistd/stats`` without ``scope`` lists
     (``user_acceptance`` in ``/v1/assistd/stats``; :mod:`storage.suggestions`). This is
     the user's acceptance of a whole suggestion, never added to the Target's draft
     acceptance above.
-
-No prompt-token counter: nothing in the runtime totals prompt tokens across generations
-(the ledger keeps them per generation only), and this module keeps no books of its own.
 """
 
 from __future__ import annotations
@@ -62,8 +58,8 @@ OUTCOMES = ("accepted", "partial", "dismissed")  # storage.suggestions.OUTCOMES'
 class Snapshot:
     """What one scrape reads, at one moment.
 
-    ledgers:     ``{(language, proposer): Ledger}``, the daemon's Target's ledger rows
-                 summed over scopes, decayed to the read (floats).
+    ledgers:     ``{(language, proposer): Ledger}``, decode counters since the daemon
+                 started (:attr:`Runtime.totals`).
     suggestions: :meth:`storage.suggestions.SuggestionStore.summary`, per language id.
     tokens_generated: tokens generated since the daemon started (an int).
     """
@@ -71,20 +67,17 @@ class Snapshot:
     ledgers: dict[tuple[str, str], Ledger] = field(default_factory=dict)
     suggestions: dict[str, dict] = field(default_factory=dict)
     tokens_generated: int = 0
+    prompt_tokens: int = 0
 
 
 def read_snapshot(runtime) -> Snapshot:
-    """The :class:`Snapshot` of ``runtime`` (a :class:`~assistd.runtime.runtime.Runtime`),
-    from the tuner's ledger store and the suggestion store, as ``/v1/assistd/stats``
-    reads them. Runs on the engine thread (the SQLite connection is the Runtime's);
-    raises what the store raises (:class:`~assistd.ground.errors.HistoryError`)."""
-    ledgers: dict[tuple[str, str], Ledger] = {}
-    tuner = runtime.tuner
-    if tuner is not None and tuner.store is not None:
-        for row in tuner.store.rows(target=tuner.target):
-            ledgers.setdefault((row.language_id, row.proposer), Ledger()).add(row.ledger)
+    """The :class:`Snapshot` of ``runtime`` (a :class:`~assistd.runtime.runtime.Runtime`).
+    Runs on the engine thread (the counters and the SQLite connection are the Runtime's);
+    raises what the suggestion store raises (:class:`~assistd.ground.errors.HistoryError`)."""
+    ledgers = {key: led.scaled(1.0) for key, led in runtime.totals.items()}  # copies
     suggestions = runtime.suggestions.summary() if runtime.suggestions is not None else {}
-    return Snapshot(ledgers, suggestions, int(runtime.tokens_generated))
+    return Snapshot(ledgers, suggestions, int(runtime.tokens_generated),
+                    int(runtime.prompt_tokens))
 
 
 class AssistdCollector:
@@ -100,21 +93,16 @@ class AssistdCollector:
     def collect(self) -> Iterator[Metric]:
         snap = self.read()
         spec = ["language", "proposer"]
-        drafts = GaugeMetricFamily(
-            PREFIX + "spec_decode_num_drafts",
-            "Verification rounds with a draft, in the tuner's ledger (decayed, half-life"
-            " 7 days).", labels=spec)
-        draft_tokens = GaugeMetricFamily(
-            PREFIX + "spec_decode_num_draft_tokens",
-            "Draft tokens verified, in the tuner's ledger (decayed).", labels=spec)
-        accepted = GaugeMetricFamily(
+        drafts = CounterMetricFamily(
+            PREFIX + "spec_decode_num_drafts", "Verification rounds with a draft.", labels=spec)
+        draft_tokens = CounterMetricFamily(
+            PREFIX + "spec_decode_num_draft_tokens", "Draft tokens verified.", labels=spec)
+        accepted = CounterMetricFamily(
             PREFIX + "spec_decode_num_accepted_tokens",
-            "Draft tokens accepted, bonus tokens excluded, in the tuner's ledger (decayed).",
-            labels=spec)
-        per_pos = GaugeMetricFamily(
+            "Draft tokens accepted, bonus tokens excluded.", labels=spec)
+        per_pos = CounterMetricFamily(
             PREFIX + "spec_decode_num_accepted_tokens_per_pos",
-            "Rounds whose draft position (from 0) was accepted, in the tuner's ledger"
-            " (decayed).", labels=spec + ["position"])
+            "Rounds whose draft position (from 0) was accepted.", labels=spec + ["position"])
         for (language, proposer), led in sorted(snap.ledgers.items()):
             key = [language, proposer]
             drafts.add_metric(key, float(led.rounds))
@@ -127,7 +115,10 @@ class AssistdCollector:
         tokens = CounterMetricFamily(PREFIX + "generation_tokens",
                                      "Tokens generated since the daemon started.")
         tokens.add_metric([], float(snap.tokens_generated))
-        yield tokens
+        prompt = CounterMetricFamily(PREFIX + "prompt_tokens",
+                                     "Prompt tokens sent since the daemon started.")
+        prompt.add_metric([], float(snap.prompt_tokens))
+        yield from (tokens, prompt)
 
         shown = GaugeMetricFamily(PREFIX + "editor_suggestions_shown",
                                   "Editor suggestions shown to the user (stored).",
