@@ -69,8 +69,9 @@ class TargetSpec(BaseSettings):
                              " remote OpenAI-compatible server at target_url).")
     model: str | None = Field(
         None, description="The Target's GGUF file (torch: also a Hugging Face model"
-                          " directory); backend openai: a GGUF holding the server model's"
-                          " tokenizer. Unset: the embedded default model.")
+                          " directory); backend openai: the server model's tokenizer, its"
+                          " GGUF or its Hugging Face folder (tokenizer.json). Unset: the"
+                          " embedded default model.")
     n_ctx: int = Field(DEFAULT_N_CTX, ge=64, le=MAX_N_CTX,
                        description="Context window of each KV sequence, tokens.")
     threads: int | None = Field(None, ge=1, description="CPU threads for the Target."
@@ -124,7 +125,8 @@ class TargetSpec(BaseSettings):
     def _a_path(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
             if not value.strip():
-                raise ValueError(f"{info.field_name} must be a file path, not empty")
+                what = "a file or folder path" if info.field_name == "model" else "a file path"
+                raise ValueError(f"{info.field_name} must be {what}, not empty")
             try:
                 user_path(value)
             except InputError as e:  # ~nosuchuser, a NUL byte

@@ -16,13 +16,15 @@ from pathlib import Path
 
 import httpx
 
-from assistd.ground.errors import InputError
+from assistd.ground.errors import InputError, ModelError
 from assistd.ground.options import DEFAULT_N_CTX
 from assistd.targets.base import tokenizer_fingerprint
+from assistd.targets.llama import GGUF_MAGIC
 from assistd.targets.remote.errors import RemoteTargetError, printable
 from assistd.targets.remote.fim import FIM_SETTINGS, Fim
 from assistd.targets.remote.generation import Generating
 from assistd.targets.remote.gguf_vocab import LlamaVocab
+from assistd.targets.remote.hf_vocab import HFVocab
 from assistd.targets.remote.network import Server, base_url, ssl_context
 from assistd.targets.remote.prompts import Prompting
 
@@ -33,14 +35,36 @@ MODEL_ID_CHARS = 1024  # a longer "id" in /v1/models is no model id
 CONTEXT_SETTINGS = ("all", "file")  # what a prompt may carry to the server, see RemoteTarget
 
 
+def local_vocab(path: Path) -> LlamaVocab | HFVocab:
+    """The server model's tokenizer at ``path``: a GGUF file (by its first bytes) ->
+    :class:`LlamaVocab`; a Hugging Face folder, or a JSON file (its tokenizer.json) ->
+    :class:`HFVocab`. Raises :class:`ModelError` for a path that is missing, unreadable
+    or neither."""
+    if not path.is_file():
+        return HFVocab(path)  # a folder, or nothing: it says which
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise ModelError(f"cannot read the tokenizer {path} ({e.strerror})") from None
+    if head[:4] == GGUF_MAGIC:
+        return LlamaVocab(path)
+    if head.lstrip()[:1] == b"{":
+        return HFVocab(path)
+    raise ModelError(f"not a GGUF file nor a Hugging Face tokenizer.json: {path}; pass"
+                     " --model the served model's GGUF, its Hugging Face folder or its"
+                     " tokenizer.json")
+
+
 class RemoteTarget(Generating, Prompting, Fim):
     """A model behind an OpenAI-compatible server at ``url``.
 
     ``key``: the bearer key (see :func:`~assistd.targets.remote.auth.read_key`), or
     None; ``key_file``: the file it came from, read again when it changes (a key rotated
     in place). ``model_name``: the ``model`` field sent (None: the server's first in
-    ``/v1/models``, or none). ``tokenizer``: a GGUF whose vocabulary is the server
-    model's (see :mod:`~assistd.targets.remote.tokenizer`), or None. ``n_ctx``: the
+    ``/v1/models``, or none). ``tokenizer``: the server model's tokenizer, its GGUF or
+    its Hugging Face folder or tokenizer.json (:func:`local_vocab`; see
+    :mod:`~assistd.targets.remote.tokenizer`), or None. ``n_ctx``: the
     server's context window, in its tokens (assistd cannot always ask). ``timeout_s``:
     the longest wait for the next streamed chunk (seconds).
     ``deadline_s``: the longest one generation may take, seconds (None: derived from
@@ -51,8 +75,9 @@ class RemoteTarget(Generating, Prompting, Fim):
     text only; :attr:`context` is read by the editor completer). ``fim``: the FIM
     layout: "auto" (see :meth:`fim_tokens`), "none", or a family of
     :data:`~assistd.targets.remote.fim.FIM_FAMILIES`. Raises :class:`InputError` for a
-    bad URL, CA bundle, ``context`` or ``fim``; a server that is down is not an error
-    here (status says so, and each generation tries again).
+    bad URL, CA bundle, ``context`` or ``fim``, :class:`ModelError` for a ``tokenizer``
+    that holds none; a server that is down is not an error here (status says so, and
+    each generation tries again).
     """
 
     backend = "openai"
@@ -86,7 +111,7 @@ class RemoteTarget(Generating, Prompting, Fim):
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise InputError(f"target_deadline_ms must be positive, not {deadline_s!r}")
         self._tokenizer_path = Path(tokenizer).expanduser() if tokenizer else None
-        self._vocab = LlamaVocab(self._tokenizer_path) if tokenizer else None
+        self._vocab = local_vocab(self._tokenizer_path) if tokenizer else None
         self.server = Server(self.url, key=key, key_file=key_file, timeout_s=self.timeout_s,
                              verify=verify)
         self._init_tokenizer()
@@ -116,9 +141,13 @@ class RemoteTarget(Generating, Prompting, Fim):
         return self.server.shown(self.model_name)
 
     def chat_template(self) -> str | None:
-        """The tokenizer GGUF's template (the base class reads ``model_path``: the URL)."""
+        """The local tokenizer's template: the folder's (``chat_template.jinja``, else
+        tokenizer_config.json's), or the GGUF's; None without one (the base class would
+        read ``model_path``: the URL)."""
         if self._tokenizer_path is None:
             return None
+        if isinstance(self._vocab, HFVocab):
+            return self._vocab.chat_template()
         from assistd.targets.gguf_header import gguf_metadata
 
         try:

@@ -3,9 +3,10 @@
 
 In this order:
 
-1. ``model`` given (a GGUF file): its own vocabulary, loaded by llama.cpp without the
-   weights (:class:`assistd.targets.remote.gguf_vocab.LlamaVocab`); the fingerprint is
-   the local Target's, so both share a history.
+1. ``model`` given: its own vocabulary, from a GGUF file loaded by llama.cpp without
+   the weights (:class:`assistd.targets.remote.gguf_vocab.LlamaVocab`) or from a Hugging
+   Face folder's tokenizer.json (:class:`assistd.targets.remote.hf_vocab.HFVocab`); the
+   fingerprint is the local Target's, so both share a history.
 2. the server's tokenize endpoint: llama-cpp-python's ``/extras/tokenize`` or the
    ``/tokenize`` of llama.cpp's server and vLLM. Spellings shaped like a control token
    (:data:`CONTROL_SHAPE`) are asked about first, so that they stay text
@@ -41,8 +42,8 @@ SHAPES_KEPT = 4096  # classified spellings remembered (ordinary ones are forgott
 class Tokenizing(Target):
     """The tokenizer methods of a remote Target (a mixin of ``RemoteTarget``). Reads the
     Target's ``server`` (:class:`assistd.targets.remote.network.Server`), ``url``,
-    ``model_name`` and ``_vocab`` (a ``LlamaVocab`` or None); its own state is set by
-    :meth:`_init_tokenizer`."""
+    ``model_name`` and ``_vocab`` (a ``LlamaVocab``, an ``HFVocab`` or None); its own
+    state is set by :meth:`_init_tokenizer`."""
 
     def _init_tokenizer(self) -> None:
         self._mode = "model" if self._vocab else None  # "model" | "server" | "chars"
@@ -57,7 +58,7 @@ class Tokenizing(Target):
 
     @property
     def local_tokenizer(self) -> bool:
-        """Whether tokenizing stays on this machine (a tokenizer GGUF was given): else
+        """Whether tokenizing stays on this machine (a local tokenizer was given): else
         text to tokenize goes to the server, so the daemon keeps the history's watcher
         off (:func:`assistd.serving.daemon.serve`) and editors' buffers are not indexed."""
         return self._vocab is not None
@@ -118,7 +119,7 @@ class Tokenizing(Target):
 
     def tokenize(self, text: str) -> list[int]:
         """``text`` -> the server model's ids, control-token spellings as plain text (the
-        :class:`Target` contract): the GGUF's tokenizer, else the server's (asked about
+        :class:`Target` contract): the local tokenizer, else the server's (asked about
         spellings of a control token's shape first: :meth:`_classify`), else one id per
         character. Raises :class:`RemoteTargetError` when the server cannot answer."""
         mode = self._tokenizer()
@@ -185,8 +186,9 @@ class Tokenizing(Target):
         return self._learned
 
     def control_spellings(self, text: str = "") -> dict[str, int]:
-        """The GGUF's control tokens with ``--model``; else those the server taught so
-        far, after asking it about ``text``'s (:meth:`_classify`); none in character mode."""
+        """The local tokenizer's control tokens with ``--model``; else those the server
+        taught so far, after asking it about ``text``'s (:meth:`_classify`); none in
+        character mode."""
         mode = self._tokenizer()
         if mode == "model":
             return super().control_spellings(text)
