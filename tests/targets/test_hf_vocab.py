@@ -131,24 +131,30 @@ def test_llama_cpps_rules_where_the_folder_says_less(folder, hf, tmp_path):
     tokenizer up to config.json's vocab_size are spelled ``[PAD<id>]`` (the GGUF's
     text, so the fingerprint is the converted GGUF's); an added token the folder does
     not mark special but that looks like a control token is one (its spelling in text
-    stays text); the template comes from tokenizer_config.json without the .jinja."""
+    stays text); one that does not is user-defined: matched in text, with its ``▁``
+    spelled as spaces; the template comes from tokenizer_config.json without the .jinja."""
     for name in TOKENIZER_FILES[:-1]:
         shutil.copy(folder / name, tmp_path / name)
     config = json.loads((folder / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "vocab_size": 49160}))
     spec = json.loads((folder / "tokenizer.json").read_text())
     for entry in spec["added_tokens"]:
-        entry["special"] = entry["content"] != "<|im_end|>"
+        entry["special"] = entry["content"] not in ("<|im_end|>", "<jupyter_text>")
+    spec["added_tokens"].append({"id": 49152, "content": "\u2581\u2581", "single_word": False,
+                                 "lstrip": False, "rstrip": False, "normalized": False,
+                                 "special": False})
     (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
     cfg = json.loads((folder / "tokenizer_config.json").read_text())
     cfg["chat_template"] = "{{ messages[0]['content'] }}"
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
     v = HFVocab(tmp_path)
-    assert v.n_vocab == 49160 and v.pieces()[49152:] == [f"[PAD{i}]".encode() for i in
-                                                        range(49152, 49160)]
+    assert v.n_vocab == 49160 and v.pieces()[49152:] == [b"  ", *(
+        f"[PAD{i}]".encode() for i in range(49153, 49160))]
     assert v.pieces()[:49152] == hf.pieces() and v.fingerprint != hf.fingerprint
-    assert v.special_ids() == hf.special_ids()
+    assert v.special_ids() == hf.special_ids() - {12}  # <jupyter_text>: user-defined
     assert v.tokenize("a<|im_end|>b") == hf.tokenize("a<|im_end|>b")  # text, not id 2
+    assert v.tokenize("a<jupyter_text>b") == [*hf.tokenize("a"), 12, *hf.tokenize("b")]
+    assert v.detokenize([12, 49152]) == "<jupyter_text>  "
     assert v.chat_template() == "{{ messages[0]['content'] }}"
 
 

@@ -102,7 +102,9 @@ class HFVocab:
 
     - ``n_vocab``: the config's ``vocab_size`` where larger than the tokenizer (ids it
       lacks are spelled ``[PAD<id>]``, as convert_hf_to_gguf.py writes them);
-    - ``fingerprint``: over each id's vocabulary text (``"Ġdef"``), as LlamaVocab's;
+    - ``fingerprint``: over each id's vocabulary text (``"Ġdef"``), as LlamaVocab's (an
+      added token that is no control token with its ``▁`` as spaces, as
+      convert_hf_to_gguf.py writes it);
     - ``bos_token_id``, ``add_bos``: tokenizer_config.json's ``bos_token`` and
       ``add_bos_token``, else config.json's id and what the post-processor adds;
     - ``eos_token_ids``: the configs' EOS ids plus llama.cpp's end-of-generation texts
@@ -144,11 +146,14 @@ class HFVocab:
         self.n_vocab = max(size, declared) if isinstance(declared, int) else size
         texts = [enc.id_to_token(i) for i in range(self.n_vocab)]
         texts = [f"[PAD{i}]" if t is None else t for i, t in enumerate(texts)]
-        self._texts = texts
-        self.fingerprint = tokenizer_fingerprint(t.encode("utf-8") for t in texts)
         adds = enc.get_added_tokens_decoder()
         control = {i for i, a in adds.items() if a.special or looks_special(a.content)}
+        for i, a in adds.items():  # the GGUF spells a user-defined token's "▁" as a space
+            if i not in control and i < self.n_vocab:
+                texts[i] = a.content.replace("\u2581", " ")
         control |= {i for i, t in enumerate(texts) if t in FORCED_CONTROL}
+        self._texts = texts
+        self.fingerprint = tokenizer_fingerprint(t.encode("utf-8") for t in texts)
         self._special = frozenset(i for i in control if i < self.n_vocab)
         if any(not adds[i].special for i in control if i in adds):
             # llama.cpp reads these as control tokens: special here too, so that the
