@@ -21,10 +21,10 @@ def free_port() -> int:
 
 
 def wait_ready(proc: subprocess.Popen, url: str, log: Path, name: str,
-               headers: dict | None = None) -> subprocess.Popen:
+               headers: dict | None = None, ready_s: float = READY_S) -> subprocess.Popen:
     """``proc`` once ``GET url`` answers 200; AssertionError with the tail of its
-    ``log`` if it exits first, or after :data:`READY_S` seconds (then it is killed)."""
-    deadline = time.monotonic() + READY_S
+    ``log`` if it exits first, or after ``ready_s`` seconds (then it is killed)."""
+    deadline = time.monotonic() + ready_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"{name} exited {proc.returncode}:\n{log.read_text()[-2000:]}")
@@ -35,4 +35,4 @@ def wait_ready(proc: subprocess.Popen, url: str, log: Path, name: str,
             pass
         time.sleep(0.2)
     proc.kill()
-    raise AssertionError(f"{name} did not answer within {READY_S} s")
+    raise AssertionError(f"{name} did not answer within {ready_s} s")

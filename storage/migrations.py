@@ -324,6 +324,22 @@ def secret_rescans(db: sqlite_utils.Database) -> list[dict]:
              "kinds": json.loads(k or "{}"), "failed": f} for n, t, d, c, r, k, f in rows]
 
 
+def check_current(db: sqlite_utils.Database) -> None:
+    """For a reader that may not write (a read-only open): raise :class:`HistoryError`
+    unless every migration this assistd knows, and no other, is applied."""
+    tables = set(db.table_names())
+    if "_assistd_migrations" not in tables:
+        raise HistoryError(f"{db.conn.execute('pragma database_list').fetchone()[2]} is not"
+                           " an assistd history database (yet): `assistd index` or the"
+                           " daemon creates it")
+    done = {row["name"] for row in db["_assistd_migrations"].rows}
+    known = {name for name, _ in MIGRATIONS}
+    if done != known:
+        which = ("a newer assistd wrote it" if done - known
+                 else "an older assistd wrote it; open it once with this one to upgrade it")
+        raise HistoryError(f"the history database's schema is not this assistd's ({which})")
+
+
 def migrate(db: sqlite_utils.Database) -> list[str]:
     """Apply every migration not yet recorded; return the names applied now.
 

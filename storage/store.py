@@ -19,7 +19,7 @@ import platformdirs
 import sqlite_utils
 
 from assistd.ground.errors import HistoryError
-from storage.migrations import migrate
+from storage.migrations import check_current, migrate
 
 TOKEN_DTYPE = np.dtype("<u4")
 
@@ -72,13 +72,26 @@ class Document:
 class HistoryStore:
     """The SQLite history. Open with a path; the schema is created or upgraded on open.
 
-    Raises :class:`HistoryError` when the file cannot be opened as a database.
+    ``read_only``: for a reader beside the writer (vLLM's proposer,
+    :mod:`assistd.fleet.vllm_proposer`): SQLite's ``mode=ro``, nothing created or
+    migrated, any write fails; the schema must be this assistd's.
+
+    Raises :class:`HistoryError` when the file cannot be opened as a database (read-only:
+    also when it does not exist or its schema is another version's).
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only
         self._depth = 0  # nesting of _write(): inner blocks join the outer transaction
         try:
+            if read_only:
+                conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                       timeout=30, isolation_level=None)
+                self.db = sqlite_utils.Database(conn)
+                self.db.execute("PRAGMA busy_timeout = 30000")
+                check_current(self.db)
+                return
             _create_private(self.path)
             # Autocommit mode: write transactions are explicit (see _write), so a
             # read-then-write is never split between two concurrent writers.

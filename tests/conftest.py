@@ -33,19 +33,21 @@ IN_PROCESS_TARGETS = {"target", "gemma_target", "gemma_path"}
 # Front-end modules out of the remote mode too: no assistd process meets a Target there
 # (pure prompt building, settings parsing, config errors, socket limits), so a second
 # run would only repeat the local one.
+TARGETS = ("local", "remote", "llama-server", "vllm")
 REMOTE_OUT_OF_SCOPE = {"editors/test_prompting.py", "editors/test_crossfile.py",
                        "editors/test_lsp_parts.py", "serving/test_config.py",
                        "serving/test_lsp_socket_limits.py"}
 
 
 def pytest_addoption(parser):
-    parser.addoption("--target", choices=("local", "remote", "llama-server"),
+    parser.addoption("--target", choices=TARGETS,
                      default=os.environ.get("ASSISTD_TEST_TARGET") or "local",
                      help="the Target the assistd processes of the tests use: local (the"
                           " embedded model in each process), remote (one real"
                           " llama_cpp.server on loopback) or llama-server (remote too, on"
-                          " llama.cpp's own server: tests/llama_server.py builds it)."
-                          " [env: ASSISTD_TEST_TARGET]")
+                          " llama.cpp's own server: tests/llama_server.py builds it) or"
+                          " vllm (remote too, on vLLM's CPU build: harness/vllm_server.py"
+                          " installs it). [env: ASSISTD_TEST_TARGET]")
 
 
 def pytest_configure(config):
@@ -53,15 +55,21 @@ def pytest_configure(config):
                             " has (draft verification: acceptance, k, proposer stats, local"
                             " rounds, torch); skipped with --target remote")
     kind = config.getoption("--target")
-    if kind not in ("local", "remote", "llama-server"):  # from the environment
-        raise pytest.UsageError(f"--target/ASSISTD_TEST_TARGET must be local, remote or"
-                                f" llama-server, not {kind!r}")
+    if kind not in TARGETS:  # from the environment
+        raise pytest.UsageError(f"--target/ASSISTD_TEST_TARGET must be one of"
+                                f" {', '.join(TARGETS)}, not {kind!r}")
     if kind == "llama-server":
         from tests import llama_server
 
         if llama_server.binary() is None:
             raise pytest.UsageError(f"--target llama-server: it is not built:"
                                     f" {llama_server.BUILD_HINT}")
+    if kind == "vllm":
+        from harness import vllm_server
+
+        if vllm_server.python() is None:
+            raise pytest.UsageError(f"--target vllm: vLLM {vllm_server.VLLM_VERSION} is not"
+                                    f" installed: {vllm_server.INSTALL_HINT}")
     # for on_remote_target(), which marks evaluated at import time use too
     os.environ["ASSISTD_TEST_TARGET_ACTIVE"] = "local" if kind == "local" else "remote"
     os.environ["ASSISTD_TEST_SERVER"] = kind
@@ -103,8 +111,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     if remote_mode(config):
-        server = ("llama.cpp's llama-server" if config.getoption("--target") == "llama-server"
-                  else "a llama_cpp.server")
+        server = {"llama-server": "llama.cpp's llama-server", "vllm": "vLLM's CPU build"}.get(
+            config.getoption("--target"), "a llama_cpp.server")
         return (f"target: remote ({server} on loopback; tests with an in-process local"
                 " Target, and modules where no assistd process meets a Target, deselected)")
     return None
@@ -136,6 +144,22 @@ def llama_cpp_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """The base URL of vLLM's OpenAI-compatible server (its CPU build, in its own virtual
+    environment: harness/vllm_server.py) with the embedded model on loopback, or of the
+    one ``ASSISTD_TEST_VLLM_URL`` names (a server already running, to iterate)."""
+    url = os.environ.get("ASSISTD_TEST_VLLM_URL")
+    if url:
+        yield url.rstrip("/")
+        return
+    from harness import vllm_server as vllm
+
+    proc = vllm.start(port := free_port(), tmp_path_factory.mktemp("vllm") / "server.log")
+    yield f"http://127.0.0.1:{port}"
+    stop_llama_server(proc)
+
+
+@pytest.fixture(scope="session")
 def keyed_llama_server(tmp_path_factory):
     """Another real llama-cpp-python server, which answers only requests that bear the
     key ``sk-test-3f9d2c`` (its ``--api_key``)."""
@@ -153,7 +177,8 @@ def remote_target(request):
     if not remote_mode(request.config):
         yield None
         return
-    server = "llama_cpp_server" if request.config.getoption("--target") == "llama-server" else "llama_server"
+    server = {"llama-server": "llama_cpp_server", "vllm": "vllm_server"}.get(
+        request.config.getoption("--target"), "llama_server")
     url = request.getfixturevalue(server)
     mp = pytest.MonkeyPatch()
     mp.setenv("ASSISTD_BACKEND", "openai")

@@ -17,7 +17,7 @@ PACKAGES = ("assistd", "storage", "proposers", "editors")
 # room -> floor; rooms on one floor do not import each other.
 FLOORS = {
     "ground": 0, "targets": 1, "storage": 2, "proposers": 2, "decoding": 3, "runtime": 4,
-    "edits": 4,
+    "edits": 4, "fleet": 4,
     "serving": 5, "measure": 5, "editors": 6, "roof": 7,
 }
 
