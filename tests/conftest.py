@@ -36,7 +36,8 @@ IN_PROCESS_TARGETS = {"target", "gemma_target", "gemma_path"}
 TARGETS = ("local", "remote", "llama-server", "vllm")
 REMOTE_OUT_OF_SCOPE = {"editors/test_prompting.py", "editors/test_crossfile.py",
                        "editors/test_lsp_parts.py", "serving/test_config.py",
-                       "serving/test_lsp_socket_limits.py"}
+                       "serving/test_lsp_socket_limits.py", "fleet/test_vllm_proposer.py",
+                       "fleet/test_remote_indexing.py"}
 
 
 def pytest_addoption(parser):
@@ -88,6 +89,11 @@ def on_remote_target() -> bool:
 def on_llama_server() -> bool:
     """Whether this run is ``--target llama-server`` (llama.cpp's own server)."""
     return os.environ.get("ASSISTD_TEST_SERVER") == "llama-server"
+
+
+def on_vllm() -> bool:
+    """Whether this run is ``--target vllm`` (vLLM's CPU build)."""
+    return os.environ.get("ASSISTD_TEST_SERVER") == "vllm"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -183,6 +189,13 @@ def remote_target(request):
     mp = pytest.MonkeyPatch()
     mp.setenv("ASSISTD_BACKEND", "openai")
     mp.setenv("ASSISTD_TARGET_URL", url)
+    if server == "vllm_server":
+        # As docs/scale.md deploys it: the served model's Hugging Face folder beside the
+        # URL, so that prompts are tokenized here and sent as ids (vLLM's /tokenize
+        # parses control tokens in any text: a message could forge a turn otherwise).
+        from harness import vllm_server
+
+        mp.setenv("ASSISTD_MODEL", str(vllm_server.model_dir()))
     yield url
     mp.undo()
 

@@ -205,7 +205,11 @@ class Runtime:
             raise InputError(f"{str(path)[:80]!r} is not a usable path: {e}") from None
         scope = str(root)
         known = is_repository(root) or self.store.has_scope(scope)
-        index = index and self.decoder.drafts  # (a remote Target: nothing drafts, docs/design.md)
+        # A remote Target with the served model's tokenizer here (its GGUF or Hugging Face
+        # folder) indexes in that token space, for the engine behind it to draft from
+        # (vLLM's proposer: docs/scale.md); with the server's tokenizer nothing is stored.
+        drafts = self.decoder.drafts
+        index = index and (drafts or getattr(self.target, "local_tokenizer", False))
         if not index:
             return Scope(scope if known else None)
         report = None
@@ -223,7 +227,8 @@ class Runtime:
         if time.monotonic() - self._used.get(scope, -1e9) > MARK_USED_EVERY_S:
             self.store.mark_used(scope)  # eviction keeps the scopes completions use
             self._used[scope] = time.monotonic()
-        self.index.ensure(self.store, scope, self.target.fingerprint)
+        if drafts:  # (the in-memory index is for drafting here)
+            self.index.ensure(self.store, scope, self.target.fingerprint)
         return Scope(scope, report)
 
     # -- prompts -----------------------------------------------------------------
