@@ -19,8 +19,9 @@ Arms, each a vLLM server of its own, every one at the same ``num_speculative_tok
 Workloads:
 
 - ``agent``: six 3,500-character chunks of the aider fixture transcript (read in place),
-  spread over its second half; the history before chunk i is the transcript up to it.
-- ``edit``: six real edits of this repository (:func:`assistd.measure.rewrite_cases.git_cases`),
+  spread over one half of it; the history before chunk i is the transcript up to it.
+- ``edit``: six real edits of this repository before a fixed commit
+  (:func:`assistd.measure.rewrite_cases.git_cases`),
   the chat prompt of ``assistd bench --workload rewrite`` (the file, the change, "rewrite
   the whole file"); the history before each holds the files before the edits so far.
 
@@ -28,7 +29,9 @@ Per workload and arm: output tokens/s over the requests (sequential, greedy, flo
 its ratio to ``none``, accepted draft tokens per output token, acceptance rate and mean
 acceptance length (vLLM's own ``/metrics`` counters, read before and after each request),
 outputs equal to ``none``'s, and for assistd the proposer's time per engine step.
-Needs a quiet machine: the timings are wall-clock.
+``--set``: ``fit``, the cases the proposer's default cost model was chosen on (the
+transcript's second half, the newest edits at 0b3d95c765), or ``held-out`` (the default: the first
+half, the newest edits at 3f33af2de5, 60 commits earlier). Needs a quiet machine: the timings are wall-clock.
 """
 
 from __future__ import annotations
@@ -61,20 +64,27 @@ NGRAM = {"prompt_lookup_min": 2, "prompt_lookup_max": 4}
 COUNTERS = ("drafts", "draft_tokens", "accepted_tokens")
 
 
-def agent_cases() -> list[dict]:
+# The cases the proposer's settings were chosen on ("fit": the cost model) and others
+# ("held-out"): the transcript's other half, this repository's commits before them.
+SETS = {"fit": {"half": 1, "rev": "0b3d95c765"}, "held-out": {"half": 0, "rev": "3f33af2de5"}}
+
+
+def agent_cases(half: int) -> list[dict]:
     """``{"name", "prompt", "history"}``: chunks ending at line starts, spread evenly
-    over the transcript's second half; the history is everything before the chunk's end."""
+    over the transcript's ``half`` (0: first, 1: second); the history is everything
+    before the chunk's end."""
     text = AIDER.read_text(encoding="utf-8", errors="replace")
     out = []
     for i in range(CASES):
-        end = len(text) // 2 + (i + 1) * (len(text) // 2) // (CASES + 1)
+        end = half * len(text) // 2 + (i + 1) * (len(text) // 2) // (CASES + 1)
+        end = max(end, CHUNK_CHARS + 1)
         end = text.rfind("\n", 0, end) + 1
         out.append({"name": f"aider@{end}", "prompt": text[end - CHUNK_CHARS:end],
                     "history": {"aider-transcript.md": text[:end]}})
     return out
 
 
-def edit_cases(tokenizer_folder: Path) -> list[dict]:
+def edit_cases(tokenizer_folder: Path, rev: str) -> list[dict]:
     """The rewrite workload's file prompts as text (the served model's chat template),
     each case's history the files before every edit so far."""
     from jinja2 import Template
@@ -84,7 +94,7 @@ def edit_cases(tokenizer_folder: Path) -> list[dict]:
     from assistd.measure.rewrite_cases import git_cases
 
     template = Template((tokenizer_folder / "chat_template.jinja").read_text())
-    edits = git_cases(ROOT, limit=CASES, window=WINDOW_LINES, max_chars=MAX_CASE_CHARS)
+    edits = git_cases(ROOT, limit=CASES, window=WINDOW_LINES, max_chars=MAX_CASE_CHARS, rev=rev)
     out, files = [], {}
     for e in edits:
         files[f"{len(files)}-{Path(e.path).name}"] = e.before
@@ -228,6 +238,9 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=["agent", "edit"])
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--set", choices=SETS, default="held-out",
+                        help="the cases: those the proposer's cost model was chosen on (fit),"
+                             " or others (held-out, the default)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if vllm_server.python() is None:
@@ -235,9 +248,9 @@ def main() -> None:
     folder = vllm_server.model_dir()
     workloads = {}
     if "agent" in args.workloads:
-        workloads["agent"] = agent_cases()
+        workloads["agent"] = agent_cases(SETS[args.set]["half"])
     if "edit" in args.workloads:
-        workloads["edit"] = edit_cases(folder)
+        workloads["edit"] = edit_cases(folder, SETS[args.set]["rev"])
     tmp = Path(tempfile.mkdtemp(prefix="vllm-proposers-"))
     results = {}
     try:
@@ -248,13 +261,13 @@ def main() -> None:
         logs = {arm: (tmp / f"{arm}.log") for arm in args.arms}
         kept = {a: p.read_text()[-3000:] for a, p in logs.items() if p.exists()}
         shutil.rmtree(tmp, ignore_errors=True)
-    report = {"k": args.k, "max_tokens": args.max_tokens, "ngram": NGRAM,
+    report = {"k": args.k, "max_tokens": args.max_tokens, "ngram": NGRAM, "set": args.set,
               "summary": {w: summary(results, w) for w in workloads}, "results": results}
     if args.json:
         args.json.write_text(json.dumps({**report, "logs": kept}, indent=1))
     console = Console()
     for w, table in report["summary"].items():
-        t = Table(title=f"{w}: vLLM {vllm_server.VLLM_VERSION}, k {args.k}, "
+        t = Table(title=f"{w} ({args.set}): vLLM {vllm_server.VLLM_VERSION}, k {args.k}, "
                         f"{args.max_tokens} tokens per request")
         for col in ("arm", "tok/s", "× none", "accepted/output", "acceptance", "mean acc. len",
                     "equal", "propose ms/step (p50)"):

@@ -166,3 +166,22 @@ def test_settings_from_the_environment_over_the_config_file(tmp_path):
     config.write_text('[vllm]\nscope = "/s"\nsurprise = 1\n')
     with pytest.raises(InputError, match="SURPRISE"):
         FleetSettings.load({"ASSISTD_CONFIG": str(config)})
+
+
+def test_a_secret_in_the_repository_is_never_drafted(folder, tmp_path, vocab):
+    """A GitHub token in an indexed file is redacted before it is stored, so a row that
+    reaches the token's line drafts the redaction, never the token's characters."""
+    token = "ghp_" + "Zq7rT2mXb9LcV4nHs8KdW1pYf6GuJ3eA5oQi"
+    text = f'CONFIG = {{\n    "github": "{token}",\n    "retries": 3,\n}}\n' * 2
+    root = make_repo(tmp_path / "repo", {"settings.py": text})
+    store = HistoryStore(tmp_path / "h.db")
+    index_repository(store, root, vocab.tokenize, vocab.fingerprint)
+    store.close()
+    p = HistoryProposer(vllm_config(folder, k=16),
+                        settings=FleetSettings(db=tmp_path / "h.db", scope=str(root)))
+    prefix = vocab.tokenize('CONFIG = {\n    "github": "')
+    n, buf = rows(prefix)
+    draft = p.propose([[prefix[-1]]], n, buf)[0]
+    assert draft, "the indexed file's continuation should be drafted"
+    drafted = vocab.detokenize(draft)
+    assert token[:8] not in drafted and "Zq7rT2" not in drafted
