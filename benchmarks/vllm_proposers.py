@@ -25,8 +25,9 @@ Workloads:
   the chat prompt of ``assistd bench --workload rewrite`` (the file, the change, "rewrite
   the whole file"); the history before each holds the files before the edits so far.
 
-Per workload and arm: output tokens/s over the requests (sequential, greedy, float32),
-its ratio to ``none``, accepted draft tokens per output token, acceptance rate and mean
+Per workload and arm: output tokens/s over the requests (sequential, greedy, float32,
+streamed) and after each request's first token (decoding alone: the prefill of a
+1,000-token prompt takes this CPU 2-3 s of a request's 4-8), their ratios to ``none``, accepted draft tokens per output token, acceptance rate and mean
 acceptance length (vLLM's own ``/metrics`` counters, read before and after each request),
 outputs equal to ``none``'s, and for assistd the proposer's time per engine step.
 ``--set``: ``fit``, the cases the proposer's default cost model was chosen on (the
@@ -159,15 +160,20 @@ def run_arm(arm: str, workloads: dict[str, list[dict]], k: int, max_tokens: int,
         env["PYTHONPATH"] = str(build().parents[2])
         args = ["--speculative-config", json.dumps({"method": "suffix",
                                                     "num_speculative_tokens": k})]
-    elif arm == "assistd":
-        history = History(tmp / "assistd")
-        stats = tmp / "assistd" / "stats.json"
+    elif arm.partition(":")[0] == "assistd":
+        # "assistd:alpha=8,cost=reference": settings of this arm (ASSISTD_VLLM_*)
+        folder = tmp / arm.replace(":", "_").replace(",", "_").replace("=", "-")
+        history = History(folder)
+        stats = folder / "stats.json"
         env.update(ASSISTD_DB=str(history.db), ASSISTD_VLLM_SCOPE=str(history.root),
                    ASSISTD_VLLM_STATS_FILE=str(stats), ASSISTD_VLLM_REFRESH_S="0.1")
+        for pair in filter(None, arm.partition(":")[2].split(",")):
+            key, _, value = pair.partition("=")
+            env[f"ASSISTD_VLLM_{key.upper()}"] = value
         args = ["--speculative-config", json.dumps({
             "method": "custom_class", "num_speculative_tokens": k,
             "model": "assistd.fleet.vllm_proposer.HistoryProposer"})]
-    log = tmp / f"{arm}.log"
+    log = tmp / f"{arm.replace(':', '_')}.log"
     try:
         proc = vllm_server.start(port := free_port(), log, *args, env=env)
     except AssertionError as e:
@@ -175,7 +181,7 @@ def run_arm(arm: str, workloads: dict[str, list[dict]], k: int, max_tokens: int,
     url = f"http://127.0.0.1:{port}"
     out: dict = {}
     try:
-        complete(url, "def warm_up():\n", 8)
+        complete(url, "def warm_up():\n", 8)  # (the first request compiles)
         for name, cases in workloads.items():
             rows = []
             for case in cases:
@@ -184,10 +190,11 @@ def run_arm(arm: str, workloads: dict[str, list[dict]], k: int, max_tokens: int,
                     time.sleep(0.3)  # the proposer re-reads every 0.1 s
                 before = spec_counters(url)
                 t0 = time.perf_counter()
-                text, tokens = complete(url, case["prompt"], max_tokens)
+                text, tokens, decode_s = complete(url, case["prompt"], max_tokens)
                 seconds = time.perf_counter() - t0
                 after = spec_counters(url)
                 rows.append({"case": case["name"], "tokens": tokens, "seconds": seconds,
+                             "decode_s": decode_s,
                              "text": text, **{c: after[c] - before[c] for c in COUNTERS}})
             out[name] = rows
         if stats is not None and stats.exists():
@@ -197,13 +204,24 @@ def run_arm(arm: str, workloads: dict[str, list[dict]], k: int, max_tokens: int,
     return out
 
 
-def complete(url: str, prompt: str, max_tokens: int) -> tuple[str, int]:
-    r = httpx.post(f"{url}/v1/completions", timeout=900, json={
-        "model": vllm_server.SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens,
-        "temperature": 0})
-    r.raise_for_status()
-    body = r.json()
-    return body["choices"][0]["text"], body["usage"]["completion_tokens"]
+def complete(url: str, prompt: str, max_tokens: int) -> tuple[str, int, float]:
+    """Streamed: ``(text, output tokens, seconds from the first token to the last)``."""
+    body = {"model": vllm_server.SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    text, tokens, first = [], 0, None
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=900) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices"):
+                if first is None:
+                    first = time.perf_counter()
+                text.append(chunk["choices"][0].get("text") or "")
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return "".join(text), tokens, time.perf_counter() - (first or time.perf_counter())
 
 
 def summary(results: dict, workload: str) -> dict:
@@ -217,16 +235,21 @@ def summary(results: dict, workload: str) -> dict:
         tokens = sum(r["tokens"] for r in rows)
         seconds = sum(r["seconds"] for r in rows)
         drafts, draft_tokens, accepted = (sum(r[c] for r in rows) for c in COUNTERS)
+        decode = sum(r["decode_s"] for r in rows)
         row = {"tokens": tokens, "tokens_per_s": round(tokens / seconds, 2),
+               # after the first token: decoding alone, the prompt's prefill left out
+               "decode_tokens_per_s": round(sum(r["tokens"] - 1 for r in rows) / decode, 2),
                "accepted_per_output": round(accepted / tokens, 3) if tokens else None,
                "acceptance_rate": round(accepted / draft_tokens, 3) if draft_tokens else None,
                "mean_acceptance_length": round(1 + accepted / drafts, 2) if drafts else None}
         if base:
             row["speedup"] = round(row["tokens_per_s"] / (sum(r["tokens"] for r in base)
                                                          / sum(r["seconds"] for r in base)), 3)
+            row["decode_speedup"] = round(row["decode_tokens_per_s"] / (
+                sum(r["tokens"] - 1 for r in base) / sum(r["decode_s"] for r in base)), 3)
             row["equal_to_none"] = sum(a["text"] == b["text"] for a, b in zip(rows, base))
             row["cases"] = len(rows)
-        if arm == "assistd" and "propose" in res:
+        if "propose" in res:
             row["propose_ms_per_step"] = res["propose"]["propose_ms"]
         table[arm] = row
     return table
@@ -258,7 +281,7 @@ def main() -> None:
             Console(stderr=True).print(f"[dim]arm {arm}: starting vLLM ...[/dim]")
             results[arm] = run_arm(arm, workloads, args.k, args.max_tokens, tmp)
     finally:
-        logs = {arm: (tmp / f"{arm}.log") for arm in args.arms}
+        logs = {arm: (tmp / f"{arm.replace(':', '_')}.log") for arm in args.arms}
         kept = {a: p.read_text()[-3000:] for a, p in logs.items() if p.exists()}
         shutil.rmtree(tmp, ignore_errors=True)
     report = {"k": args.k, "max_tokens": args.max_tokens, "ngram": NGRAM, "set": args.set,
@@ -269,14 +292,15 @@ def main() -> None:
     for w, table in report["summary"].items():
         t = Table(title=f"{w} ({args.set}): vLLM {vllm_server.VLLM_VERSION}, k {args.k}, "
                         f"{args.max_tokens} tokens per request")
-        for col in ("arm", "tok/s", "× none", "accepted/output", "acceptance", "mean acc. len",
-                    "equal", "propose ms/step (p50)"):
+        for col in ("arm", "tok/s", "× none", "decode tok/s", "× none", "accepted/output",
+                    "acceptance", "mean acc. len", "equal", "propose ms/step (p50)"):
             t.add_column(col)
         for arm, r in table.items():
             if "error" in r:
-                t.add_row(arm, r["error"][:60], "", "", "", "", "", "")
+                t.add_row(arm, r["error"][:60], *[""] * 9)
                 continue
             t.add_row(arm, str(r["tokens_per_s"]), str(r.get("speedup", "")),
+                      str(r["decode_tokens_per_s"]), str(r.get("decode_speedup", "")),
                       str(r["accepted_per_output"]), str(r["acceptance_rate"]),
                       str(r["mean_acceptance_length"]),
                       f"{r.get('equal_to_none', '')}/{r.get('cases', '')}",

@@ -60,9 +60,14 @@ class FleetSettings(BaseModel):
     cost:       t(n) the drafts are cut by: ``flat`` (a step costs the same whatever its
                 drafts), ``reference`` (llama.cpp's t(n) on the reference 2-core CPU) or
                 a cost-model JSON. Flat by default: in vLLM a step's fixed cost dominates,
-                on its CPU build here too (benchmarks/vllm_proposers.py: at k 8 the
-                reference curve cut drafts short, 1.56x / 2.21x vLLM without speculation
-                on agent / edit, against 1.81x / 2.64x with flat).
+                on its CPU build here too (benchmarks/vllm_proposers.py, fit cases, k 8:
+                the reference curve cut drafts short, 1.56x / 2.21x vLLM without
+                speculation on agent / edit, against 1.81x / 2.64x with flat).
+    alpha, min_token_prob: the suffix proposer's draft caps (at most ``alpha`` tokens
+                per matched token; stop below this cumulative estimate); None: its own
+                (1 and 0.1). Lifting them (8 and 0) paid on the bench's fit cases and
+                lost on its held-out ones: a rejected 8-token draft costs a vLLM CPU
+                step about twice a plain one.
     refresh_s:  seconds between re-reads of what the daemon wrote.
     stats_file: where the step timings are written as JSON after every step (for
                 benchmarks and tests), if anywhere.
@@ -74,6 +79,8 @@ class FleetSettings(BaseModel):
     scope: str
     tokenizer: Path | None = None
     cost: str = "flat"
+    alpha: float | None = Field(None, gt=0)
+    min_token_prob: float | None = Field(None, ge=0, le=1)
     refresh_s: float = Field(2.0, gt=0)
     stats_file: Path | None = None
 
@@ -132,7 +139,8 @@ class HistoryProposer:
         self._check_scope()
         self.index = HistoryIndex(width=2 if self.vocab.n_vocab < 65535 else 4)
         self.index.ensure(self.store, self.scope, self.fingerprint)
-        self.suffix = SuffixProposer(self.index, cost=cost_model(s.cost))
+        self.suffix = SuffixProposer(self.index, cost=cost_model(s.cost), alpha=s.alpha,
+                                     min_token_prob=s.min_token_prob)
         self._synced = time.monotonic()
         self.steps = 0  # engine steps proposed for
         self.rows = 0  # rows drafted for (a step has one per running request)

@@ -185,3 +185,16 @@ def test_a_secret_in_the_repository_is_never_drafted(folder, tmp_path, vocab):
     assert draft, "the indexed file's continuation should be drafted"
     drafted = vocab.detokenize(draft)
     assert token[:8] not in drafted and "Zq7rT2" not in drafted
+
+
+
+def test_the_suffix_caps_are_settings(folder, history):
+    """``alpha`` and ``min_token_prob`` reach the suffix proposer; unset, its own
+    chain caps stay (1 and 0.1), whatever the cost model."""
+    db, root = history
+    default = HistoryProposer(vllm_config(folder), settings=FleetSettings(db=db, scope=str(root)))
+    assert (default.suffix.alpha, default.suffix.min_token_prob) == (1.0, 0.1)
+    given = HistoryProposer(vllm_config(folder),
+                            settings=FleetSettings(db=db, scope=str(root), alpha=8,
+                                                   min_token_prob=0))
+    assert (given.suffix.alpha, given.suffix.min_token_prob) == (8.0, 0.0)
