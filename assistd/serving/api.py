@@ -13,8 +13,8 @@ Endpoints:
   generation's ``speculative_decoding`` acceptance as vLLM's
   ``--per-request-spec-decode-metrics summary`` gives it (:func:`response_metrics`).
 - ``GET /v1/models``, ``GET /v1/assistd/stats``, ``GET /v1/assistd/status``, ``GET /healthz``.
-- ``GET /metrics``: Prometheus' text exposition (:mod:`assistd.serving.metrics`), read
-  from the same ledger and suggestion store as ``/v1/assistd/stats``.
+- ``GET /metrics``: Prometheus' text exposition (:mod:`assistd.serving.metrics`): vLLM's
+  spec-decode counters since the daemon started, and the suggestion store's outcomes.
 - ``POST /v1/assistd/complete`` (``assistd complete``, the MCP tools): the shell front
   end as a client of the daemon. Editors (``assistd lsp``) use the socket beside this
   one (:mod:`assistd.serving.lsp_host`).
@@ -362,7 +362,7 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
     async def status(request: Request):
         return JSONResponse(service.status())
 
-    # Read on the engine thread at each scrape (the store's connection is its), as stats is.
+    # Read on the engine thread at each scrape (the counters and the store are its), as stats is.
     registry = metrics_registry(lambda: service.submit(
         lambda: read_snapshot(service.runtime), EDITOR, "metrics").result())
 
