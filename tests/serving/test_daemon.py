@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from harness.daemon import start_daemon
-from tests.conftest import make_repo, on_remote_target
+from tests.conftest import make_repo, on_remote_target, server_tokenizes
 
 PATTERN = "def f1():\n    return 1\n\ndef f2():\n    return 2\n\ndef f3():\n    return 3\n\n"
 
@@ -370,8 +370,9 @@ def test_complete_and_status_use_the_daemon(daemon, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and ("exact numerics (promise: exact)" in r.stdout) is (
         not on_remote_target()), r.stdout
-    # a remote Target with the server's tokenizer: no history to watch (nothing drafts)
-    assert st["watcher"]["state"] == ("off" if on_remote_target() else "watching")
+    # a remote Target with the server's tokenizer: no history to watch (nothing drafts);
+    # with the served model's (--target vllm) it keeps the history in that token space
+    assert st["watcher"]["state"] == ("off" if server_tokenizes() else "watching")
     # --daemon with a Target option is a contradiction, said plainly.
     r = subprocess.run([sys.executable, "-m", "assistd", "complete", "--file", str(f), "--daemon",
                         "--n-ctx", "512"], env=daemon.env(), capture_output=True, text=True,

@@ -25,7 +25,7 @@ import pytest
 from assistd.serving.config import Config
 from assistd.serving.daemon import FD_RESERVE, FDS_PER_EDITOR, WatcherThread
 from harness.daemon import start_daemon
-from tests.conftest import on_remote_target
+from tests.conftest import server_tokenizes
 from tests.daemon_helpers import wait_closed, wait_for
 
 HEADER_TIMEOUT_MS = 1500
@@ -499,7 +499,7 @@ def test_assistd_status_shows_connections_and_the_watcher(daemon):
     assert "editor socket: 0 sessions, 0 initializing" in out.stdout
     w = daemon.status()["watcher"]
     # a remote Target with the server's tokenizer: no history to watch (nothing drafts)
-    if on_remote_target():
+    if server_tokenizes():
         assert w["state"] == "off" and w["error"] is None and "pass --model GGUF" in w["off_reason"]
     else:
         assert w["state"] == "watching" and w["error"] is None

@@ -260,7 +260,8 @@ async def test_the_instructions_and_tools_describe_the_configured_target(tmp_pat
     `--backend openai` they name the remote server and promise no drafting, else a local
     model. No tool is called: nothing loads and no server need answer."""
     env = _env(tmp_path, tmp_path / "no-daemon.sock", tmp_path / "history.db")
-    env.pop("ASSISTD_BACKEND", None), env.pop("ASSISTD_TARGET_URL", None)  # the flags say it
+    for name in ("ASSISTD_BACKEND", "ASSISTD_TARGET_URL", "ASSISTD_MODEL"):
+        env.pop(name, None)  # the flags say it
     url = "http://127.0.0.1:9"
     for args, remote in (((), False), (("--backend", "openai", "--target-url", url), True)):
         async with mcp_session(tmp_path, env, "--no-daemon", *args) as s:

@@ -181,10 +181,11 @@ async def test_mcp_in_process_on_the_remote_target(keyed_llama_server, tmp_path)
 
 
 def test_token_id_prompts_are_checked_or_refused_never_sent_unchecked(remote_daemon, llama_server,
-                                                                      tmp_path):
+                                                                      tmp_path, monkeypatch):
     """An id past the vocabulary crashed llama-cpp-python's server (its detokenize) when
     the daemon had no tokenizer to check it against: with the model's GGUF the ids are
     checked, without it a prompt of ids is refused; the server answers on after both."""
+    monkeypatch.delenv("ASSISTD_MODEL", raising=False)  # (--target vllm sets one)
     body = {"model": "remote", "prompt": [999999], "max_tokens": 1}
     with remote_daemon.uds() as c:
         r = c.post("/v1/completions", json=body)
@@ -292,13 +293,14 @@ def test_complete_prints_the_remote_stats_line_through_the_daemon_too(remote_dae
     assert counts(via) == counts(own) and "rounds=" not in via
 
 
-def test_character_mode_usage_and_the_watcher_off_reason(tmp_path):
+def test_character_mode_usage_and_the_watcher_off_reason(tmp_path, monkeypatch):
     """A server without a tokenize endpoint and no --model: prompt ids are characters
     here. The API's usage counted those characters and 0 completion tokens while the
     ledger said 5 and 4: now usage gives the ledger's counts (the server sent no usage
     of its own). The watcher is off by choice there: its reason is `off_reason`, and
     `error` stays for failures. The server is the stand-in FaultServer: llama-cpp-python's
     has a tokenize endpoint, so it cannot show character mode."""
+    monkeypatch.delenv("ASSISTD_MODEL", raising=False)  # (--target vllm sets one)
     fault = FaultServer().start()
     fault.finish = "stop"  # not at the limit: then the count is the chunks'
     d = start_daemon(tmp_path, "--backend", "openai", "--target-url", fault.url)

@@ -187,8 +187,10 @@ def test_bad_tokenizers_are_a_clear_model_error(folder, tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("just some notes\n")
     url = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(ModelError, match="not a GGUF file nor a Hugging Face tokenizer"):
+    with pytest.raises(ModelError, match="not a GGUF model file nor a Hugging Face tokenizer"):
         RemoteTarget(url, tokenizer=text)
+    with pytest.raises(ModelError, match="model file not found"):
+        RemoteTarget(url, tokenizer=tmp_path / "nowhere")
     with pytest.raises(ModelError, match="no tokenizer.json"):
         RemoteTarget(url, tokenizer=empty)
 

@@ -40,8 +40,11 @@ def local_vocab(path: Path) -> LlamaVocab | HFVocab:
     :class:`LlamaVocab`; a Hugging Face folder, or a JSON file (its tokenizer.json) ->
     :class:`HFVocab`. Raises :class:`ModelError` for a path that is missing, unreadable
     or neither."""
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}; pass --model the served model's"
+                         " GGUF, its Hugging Face folder or its tokenizer.json")
     if not path.is_file():
-        return HFVocab(path)  # a folder, or nothing: it says which
+        return HFVocab(path)  # a folder
     try:
         with path.open("rb") as f:
             head = f.read(64)
@@ -51,7 +54,7 @@ def local_vocab(path: Path) -> LlamaVocab | HFVocab:
         return LlamaVocab(path)
     if head.lstrip()[:1] == b"{":
         return HFVocab(path)
-    raise ModelError(f"not a GGUF file nor a Hugging Face tokenizer.json: {path}; pass"
+    raise ModelError(f"not a GGUF model file nor a Hugging Face tokenizer.json: {path}; pass"
                      " --model the served model's GGUF, its Hugging Face folder or its"
                      " tokenizer.json")
 
