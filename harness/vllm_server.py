@@ -136,7 +136,8 @@ def main() -> None:
     elif args.cmd == "model":
         print(model_dir())
     else:
-        os.execve(command(args.port)[0], command(args.port, *args.extra), environment())
+        cmd = command(args.port, *args.extra)
+        os.execve(cmd[0], cmd, environment())
 
 
 if __name__ == "__main__":

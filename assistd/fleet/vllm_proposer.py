@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assistd.ground.costmodel import CostModel
 from assistd.ground.errors import InputError
@@ -79,10 +79,22 @@ class FleetSettings(BaseModel):
     scope: str
     tokenizer: Path | None = None
     cost: str = "flat"
-    alpha: float | None = Field(None, gt=0)
+    alpha: float | None = Field(None, gt=0, allow_inf_nan=False)
     min_token_prob: float | None = Field(None, ge=0, le=1)
-    refresh_s: float = Field(2.0, gt=0)
+    refresh_s: float = Field(2.0, gt=0, allow_inf_nan=False)
     stats_file: Path | None = None
+
+    @field_validator("db", "tokenizer", "stats_file", mode="after")
+    @classmethod
+    def _home(cls, path: Path | None) -> Path | None:
+        return None if path is None else path.expanduser()  # (a quoted "~/..." too)
+
+    @field_validator("stats_file", mode="after")
+    @classmethod
+    def _writable(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.parent.is_dir():
+            raise ValueError(f"{path.parent} is not a folder")
+        return path
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> FleetSettings:
@@ -141,7 +153,8 @@ class HistoryProposer:
         self.index.ensure(self.store, self.scope, self.fingerprint)
         self.suffix = SuffixProposer(self.index, cost=cost_model(s.cost), alpha=s.alpha,
                                      min_token_prob=s.min_token_prob)
-        self._synced = time.monotonic()
+        self._synced = time.perf_counter()
+        self._sync_failed = self._stats_failed = False
         self.steps = 0  # engine steps proposed for
         self.rows = 0  # rows drafted for (a step has one per running request)
         self.draft_tokens = 0
@@ -158,7 +171,7 @@ class HistoryProposer:
         by_fp = dict(counts)
         if not by_fp:
             raise InputError(f"the history {self.store.path} has no scope {self.scope!r}:"
-                             " index it with the daemon (assistd index --repo PATH) first")
+                             " index it first (assistd index PATH, or the daemon's --repo)")
         if self.fingerprint not in by_fp:
             raise InputError(
                 f"the history's scope {self.scope!r} was tokenized by another tokenizer"
@@ -175,8 +188,16 @@ class HistoryProposer:
         max_model_len]``; ``num_tokens_no_spec``: int array, tokens per row."""
         start = time.perf_counter()
         if start - self._synced >= self.settings.refresh_s:
-            self.index.sync(self.store)
             self._synced = start
+            try:
+                self.index.sync(self.store)
+            except Exception as e:  # noqa: BLE001 - a step of vLLM must never fail here
+                # (a damaged or replaced file): draft from what is loaded, say it once
+                if not self._sync_failed:
+                    log.warning("assistd history proposer: cannot follow %s (%s: %s);"
+                                " drafting from what was loaded", self.store.path,
+                                type(e).__name__, e)
+                self._sync_failed = True
         drafts: list[list[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
             if not len(sampled):  # a request still in (chunked) prefill
@@ -210,7 +231,16 @@ class HistoryProposer:
                 "scope": self.scope, "k": self.k}
 
     def write_stats(self) -> None:
+        """Write :meth:`stats` to ``stats_file`` (atomically); a failure is logged once and
+        writing stops (the step goes on)."""
         path = self.settings.stats_file
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.stats()))
-        os.replace(tmp, path)
+        if path is None or self._stats_failed:
+            return
+        try:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(self.stats()))
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("assistd history proposer: cannot write %s (%s); not writing it"
+                        " again", path, e)
+            self._stats_failed = True

@@ -237,7 +237,8 @@ def load_config(path: Path | None = None, overrides: dict | None = None,
     data: dict = {}
     if path.exists() or explicit:
         data = read_config_file(path)
-        unknown = sorted(set(data) - set(known))
+        # [vllm]: the settings of assistd's proposer inside vLLM (assistd.fleet), read there
+        unknown = sorted(set(data) - set(known) - {"vllm"})
         if unknown:
             raise InputError(f"config file {path}: unknown key(s) {', '.join(unknown)};"
                              f" known: {', '.join(known)}")

@@ -151,8 +151,9 @@ def test_refuses_another_tokenizers_history(folder, history, tmp_path):
 
 
 def test_settings_from_the_environment_over_the_config_file(tmp_path):
-    """``ASSISTD_VLLM_*`` over the config file's ``[vllm]`` table, ``$ASSISTD_DB`` as the
-    db's default; a bad value names its variable; an unknown key is refused."""
+    """``ASSISTD_VLLM_*`` over the config file's ``[vllm]`` table (which the daemon,
+    reading the same file, leaves alone), ``$ASSISTD_DB`` as the db's default; a bad
+    value names its variable; an unknown key is refused."""
     config = tmp_path / "config.toml"
     config.write_text('[vllm]\nscope = "/from/file"\nrefresh_s = 5\ncost = "flat"\n')
     env = {"ASSISTD_CONFIG": str(config), "ASSISTD_VLLM_REFRESH_S": "0.5",
@@ -163,6 +164,9 @@ def test_settings_from_the_environment_over_the_config_file(tmp_path):
         FleetSettings.load({**env, "ASSISTD_VLLM_REFRESH_S": "-1"})
     with pytest.raises(InputError, match="ASSISTD_VLLM_SCOPE"):  # (no config file here)
         FleetSettings.load({})
+    from assistd.serving.config import load_config  # the daemon reads the same file
+
+    load_config(config, environ={})  # and leaves [vllm] to the proposer
     config.write_text('[vllm]\nscope = "/s"\nsurprise = 1\n')
     with pytest.raises(InputError, match="SURPRISE"):
         FleetSettings.load({"ASSISTD_CONFIG": str(config)})
@@ -198,3 +202,33 @@ def test_the_suffix_caps_are_settings(folder, history):
                             settings=FleetSettings(db=db, scope=str(root), alpha=8,
                                                    min_token_prob=0))
     assert (given.suffix.alpha, given.suffix.min_token_prob) == (8.0, 0.0)
+
+
+def test_a_failing_history_or_stats_file_never_fails_the_step(folder, history, vocab, tmp_path):
+    """vLLM calls propose with nothing around it: a history file damaged under the
+    proposer (its bytes overwritten) and a stats file that cannot be written are logged
+    and drafting goes on from what was loaded; a stats file in no folder is refused at
+    start, and "~" in paths is the home folder."""
+    import sqlite3
+
+    db, root = history
+    with pytest.raises(ValueError, match="is not a folder"):
+        FleetSettings(db=db, scope=str(root), stats_file=tmp_path / "nowhere" / "s.json")
+    assert FleetSettings(db="~/h.db", scope="s").db == Path.home() / "h.db"
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    p = HistoryProposer(vllm_config(folder), settings=FleetSettings(
+        db=db, scope=str(root), refresh_s=0.001, stats_file=stats / "s.json"))
+    ids = vocab.tokenize(SOURCE)
+    n, buf = rows(ids[:400])
+    before = p.propose([[ids[399]]], n, buf)
+    conn = sqlite3.connect(db)
+    conn.execute("pragma wal_checkpoint(TRUNCATE)")
+    conn.close()
+    size = db.stat().st_size
+    db.write_bytes(b"\x00damaged" * (size // 8))
+    (stats / "s.json").unlink()
+    stats.rmdir()  # the stats file can no longer be written either
+    time.sleep(0.01)
+    assert p.propose([[ids[399]]], n, buf) == before
+    assert p._sync_failed and p._stats_failed
