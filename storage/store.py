@@ -111,9 +111,11 @@ class HistoryStore:
             damaged = "not a database" in str(e) or "malformed" in str(e)
             hint = ("move the damaged file aside (`assistd index` rebuilds the history), or "
                     if damaged else "")
+            where = ("it must exist, in a folder this process may write (SQLite's -wal and"
+                     " -shm files), or the daemon be running" if read_only else
+                     "pass --db FILE or set ASSISTD_DB to a writable path")
             raise HistoryError(
-                f"cannot open history database {self.path}: {e}; {hint}"
-                "pass --db FILE or set ASSISTD_DB to a writable path"
+                f"cannot open history database {self.path}: {e}; {hint}{where}"
             ) from e
 
     def close(self) -> None:

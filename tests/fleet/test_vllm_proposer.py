@@ -144,7 +144,7 @@ def test_refuses_another_tokenizers_history(folder, history, tmp_path):
     with pytest.raises(HistoryError):
         HistoryProposer(vllm_config(folder), settings=FleetSettings(db=junk, scope=str(root)))
     assert not (tmp_path / "missing.db").exists()
-    with pytest.raises(HistoryError):
+    with pytest.raises(HistoryError, match="must exist, in a folder this process may write"):
         HistoryProposer(vllm_config(folder),
                         settings=FleetSettings(db=tmp_path / "missing.db", scope=str(root)))
     assert not (tmp_path / "missing.db").exists()  # a reader creates nothing
