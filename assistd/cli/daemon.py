@@ -19,7 +19,7 @@ from assistd.ground.numerics import DEFAULT_NUMERICS, NUMERICS
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="TOML configuration file. [env: ASSISTD_CONFIG; default:"
                                  " <user config dir>/assistd/config.toml]")
-@click.option("--model", default=None, help="GGUF file of the Target (torch: also a model dir).")
+@click.option("--model", default=None, help="GGUF file of the Target (torch: also a model dir; --backend openai: the served model's GGUF or Hugging Face folder, for its tokenizer).")
 @click.option("--backend", type=click.Choice(["llama", "torch", "openai"]), default=None)
 @remote_options
 @click.option("--n-ctx", type=click.IntRange(64), default=None, help="Context window, tokens.")

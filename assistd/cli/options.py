@@ -35,7 +35,8 @@ db_option = click.option(
 )
 model_option = click.option(
     "--model", type=click.Path(path_type=Path), default=None,
-    help="GGUF file of the Target, or (torch backend) a Hugging Face model directory."
+    help="GGUF file of the Target, or (torch backend) a Hugging Face model directory;"
+         " with --backend openai, the served model's GGUF or Hugging Face folder (its tokenizer)."
          " [default: the embedded SmolLM2-135M-Instruct Q4_1]",
 )
 # Token trees for replay and bench: an arm NAME+tree is a proposer's tree mode; --tree

@@ -51,7 +51,7 @@ def remote_options(fn):
     for opt in reversed([
         click.option("--target-url", default=None, metavar="URL",
                      help="backend openai: the server's base URL (e.g. http://127.0.0.1:8080);"
-                          " --model may then name a GGUF with the server model's tokenizer."),
+                          " --model may then name the server model's GGUF or Hugging Face folder (its tokenizer)."),
         click.option("--target-key-file", default=None, metavar="FILE",
                      help="backend openai: a 0600 file holding the server's API key (or the"
                           " key itself in $ASSISTD_TARGET_KEY)."),
