@@ -469,23 +469,28 @@ class VSCode:
         raise AssertionError(f"could not empty the last line of {name}")
 
     def command(self, title: str) -> None:
-        """Run a command by its title from the palette (F1)."""
+        """Run a command by its title from the palette (F1).
+
+        Opening, typing and choosing are retried together: the palette can close between
+        opening and typing (focus taken by an editor widget; CI run of stop 43), which left
+        ``fill`` waiting 30 s on a hidden input."""
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-        for key in ("F1", "Control+Shift+P", "F1"):  # focus in a tab list can swallow one
+        for key in ("F1", "Control+Shift+P", "F1", "Control+Shift+P"):  # focus in a tab list can swallow one
             self.page.keyboard.press("Escape")
             self.page.keyboard.press(key)
             try:
                 box = self.page.wait_for_selector(".quick-input-widget input", timeout=5_000)
-                break
+                box.fill(">" + title, timeout=5_000)
+                # The first row must be the command asked for, not a fuzzy neighbour.
+                self.page.wait_for_selector(
+                    f'.quick-input-list .monaco-list-row[aria-label^="{title}"]', timeout=10_000)
             except PlaywrightTimeout:
                 self.page.locator(EDITOR).first.click()
-        else:
-            raise TimeoutError(f"the command palette did not open (for {title!r})")
-        box.fill(">" + title)
-        # The first row must be the command asked for, not a fuzzy neighbour.
-        self.page.wait_for_selector(f'.quick-input-list .monaco-list-row[aria-label^="{title}"]')
-        self.page.keyboard.press("Enter")
+                continue
+            self.page.keyboard.press("Enter")
+            return
+        raise TimeoutError(f"the command palette did not open, or closed, for {title!r}")
 
     def status_item(self) -> str | None:
         """The text of the status bar item whose text starts with "assistd" (codicons as
