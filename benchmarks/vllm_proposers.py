@@ -5,7 +5,10 @@ converted to float32).
     .venv/bin/python benchmarks/vllm_proposers.py [--arms none ngram suffix assistd]
         [--workloads agent edit] [--k 8] [--max-tokens 96] [--json OUT]
 
-Arms, each a vLLM server of its own, every one at the same ``num_speculative_tokens``:
+Arms, each a vLLM server of its own, every one at the same ``num_speculative_tokens``.
+All servers are started first, then the arms take turns case by case (the order rotated
+from case to case), so every arm meets the same moments of a shared machine: a paired
+comparison (``--rounds N`` sends every case N times).
 
 - ``none``: no speculation (the baseline, vLLM's defaults otherwise);
 - ``ngram``: vLLM's prompt lookup, ``prompt_lookup_min`` 2, ``prompt_lookup_max`` 4;
@@ -14,7 +17,13 @@ Arms, each a vLLM server of its own, every one at the same ``num_speculative_tok
   build arctic`` builds from the same sdist);
 - ``assistd``: :class:`assistd.fleet.vllm_proposer.HistoryProposer` over a history that
   holds only text written before each request (never the continuation measured): the
-  benchmark writes it, as a daemon would, between requests.
+  benchmark writes it, as a daemon would, between requests. ``assistd:cost=measured``
+  cuts its drafts by the t(n) the ``oracle`` arm measured earlier in the same run;
+- ``oracle``: the ceiling at this k (``benchmarks/vllm_oracle.py``): every case is sent
+  twice and the second is measured, every draft the Target's own next k tokens. Then,
+  on the edit case with the longest output (else the first agent one), a sweep of draft
+  lengths n = 0..k, all accepted, gives vLLM's time per step over n + 1 tokens: the cost
+  model ``assistd:cost=measured`` uses (written to ``--cost-out`` too).
 
 Workloads:
 
@@ -39,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -46,6 +56,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
@@ -144,64 +155,148 @@ class History:
             store.close()
 
 
-def run_arm(arm: str, workloads: dict[str, list[dict]], k: int, max_tokens: int,
-            tmp: Path) -> dict:
-    args, env = [], vllm_server.environment()
-    history = stats = None
-    if arm == "ngram":
-        args = ["--speculative-config", json.dumps({"method": "ngram",
-                                                    "num_speculative_tokens": k, **NGRAM})]
-    elif arm == "suffix":
-        # vLLM imports arctic_inference.suffix_decoding; its sdist does not build under
-        # pip here (CMake finds no Python headers in pip's build environment), so vLLM
-        # gets the module `assistd peers build arctic` builds from the same sdist.
-        from assistd.measure.arctic import build
+SWEEP_TOKENS = 256  # per request of the t(n) sweep: ~28 steps at n = 8
 
-        env["PYTHONPATH"] = str(build().parents[2])
-        args = ["--speculative-config", json.dumps({"method": "suffix",
-                                                    "num_speculative_tokens": k})]
-    elif arm.partition(":")[0] == "assistd":
-        # "assistd:alpha=8,cost=reference": settings of this arm (ASSISTD_VLLM_*)
-        folder = tmp / arm.replace(":", "_").replace(",", "_").replace("=", "-")
-        history = History(folder)
-        stats = folder / "stats.json"
-        env.update(ASSISTD_DB=str(history.db), ASSISTD_VLLM_SCOPE=str(history.root),
-                   ASSISTD_VLLM_STATS_FILE=str(stats), ASSISTD_VLLM_REFRESH_S="0.1")
-        for pair in filter(None, arm.partition(":")[2].split(",")):
-            key, _, value = pair.partition("=")
-            env[f"ASSISTD_VLLM_{key.upper()}"] = value
-        args = ["--speculative-config", json.dumps({
-            "method": "custom_class", "num_speculative_tokens": k,
-            "model": "assistd.fleet.vllm_proposer.HistoryProposer"})]
-    log = tmp / f"{arm.replace(':', '_')}.log"
-    try:
-        proc = vllm_server.start(port := free_port(), log, *args, env=env)
-    except AssertionError as e:
-        return {"error": str(e).splitlines()[0], "log": log.read_text()[-1500:]}
-    url = f"http://127.0.0.1:{port}"
-    out: dict = {}
-    try:
-        complete(url, "def warm_up():\n", 8)  # (the first request compiles)
+
+class Arm:
+    """One arm's vLLM server (started by :meth:`start`), and what it needs around each
+    request: the assistd arm's history written first, the oracle's first pass."""
+
+    def __init__(self, arm: str, k: int, tmp: Path):
+        self.name, self.k, self.tmp = arm, k, tmp
+        self.args, self.env = [], vllm_server.environment()
+        self.history = self.stats = self.oracle = self.proc = self.url = None
+        self.error: dict | None = None
+        folder = tmp / re.sub(r"[^\w.-]", "_", arm)  # (a cost file's path as a name)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.log = folder / "vllm.log"
+        if arm == "ngram":
+            self.args = ["--speculative-config", json.dumps(
+                {"method": "ngram", "num_speculative_tokens": k, **NGRAM})]
+        elif arm == "suffix":
+            # vLLM imports arctic_inference.suffix_decoding; its sdist does not build under
+            # pip here (CMake finds no Python headers in pip's build environment), so vLLM
+            # gets the module `assistd peers build arctic` builds from the same sdist.
+            from assistd.measure.arctic import build
+
+            self.env["PYTHONPATH"] = str(build().parents[2])
+            self.args = ["--speculative-config", json.dumps(
+                {"method": "suffix", "num_speculative_tokens": k})]
+        elif arm.partition(":")[0] == "assistd":
+            # "assistd:alpha=8,cost=reference": settings of this arm (ASSISTD_VLLM_*)
+            self.history = History(folder)
+            self.stats = folder / "stats.json"
+            self.env.update(ASSISTD_DB=str(self.history.db),
+                            ASSISTD_VLLM_SCOPE=str(self.history.root),
+                            ASSISTD_VLLM_STATS_FILE=str(self.stats), ASSISTD_VLLM_REFRESH_S="0.1")
+            for pair in filter(None, arm.partition(":")[2].split(",")):
+                key, _, value = pair.partition("=")
+                if key == "cost" and value == "measured":
+                    value = str(tmp / "vllm_cost.json")  # the oracle arm's sweep, this run
+                self.env[f"ASSISTD_VLLM_{key.upper()}"] = value
+            self.args = ["--speculative-config", json.dumps({
+                "method": "custom_class", "num_speculative_tokens": k,
+                "model": "assistd.fleet.vllm_proposer.HistoryProposer"})]
+        elif arm == "oracle":
+            self.oracle = {"cap": folder / "cap", "stats": folder / "oracle-stats.json"}
+            self.oracle["cap"].write_text(str(k))
+            self.env.update(PYTHONPATH=str(ROOT / "benchmarks"), VLLM_SERVER_DEV_MODE="1",
+                            ASSISTD_ORACLE_CAP_FILE=str(self.oracle["cap"]),
+                            ASSISTD_ORACLE_STATS=str(self.oracle["stats"]))
+            self.args = ["--speculative-config", json.dumps({
+                "method": "custom_class", "num_speculative_tokens": k,
+                "model": "vllm_oracle.ReplayOracle"})]
+        elif arm != "none":
+            raise SystemExit(f"unknown arm {arm!r}")
+
+    def start(self) -> bool:
+        """Start the server and warm it up; False (and :attr:`error`) if it fails."""
+        Console(stderr=True).print(f"[dim]arm {self.name}: starting vLLM ...[/dim]")
+        try:
+            self.proc = vllm_server.start(port := free_port(), self.log, *self.args,
+                                          env=self.env)
+        except AssertionError as e:
+            self.error = {"error": str(e).splitlines()[0], "log": self.log.read_text()[-1500:]}
+            return False
+        self.url = f"http://127.0.0.1:{port}"
+        complete(self.url, "def warm_up():\n", 8)  # (the first request compiles)
+        return True
+
+    def request(self, case: dict, max_tokens: int) -> dict:
+        """One measured request: ``{"case", "tokens", "seconds", "decode_s", "text",
+        drafts, draft_tokens, accepted_tokens}`` (vLLM's counters for it)."""
+        if self.history is not None:
+            self.history.write(case["history"])
+            time.sleep(0.3)  # the proposer re-reads every 0.1 s
+        if self.oracle is not None:  # decoded once, remembered; its prompt uncached
+            complete(self.url, case["prompt"], max_tokens)
+            httpx.post(f"{self.url}/reset_prefix_cache").raise_for_status()
+        before = spec_counters(self.url)
+        t0 = time.perf_counter()
+        text, tokens, decode_s = complete(self.url, case["prompt"], max_tokens)
+        seconds = time.perf_counter() - t0
+        after = spec_counters(self.url)
+        return {"case": case["name"], "tokens": tokens, "seconds": seconds,
+                "decode_s": decode_s, "text": text,
+                **{c: after[c] - before[c] for c in COUNTERS}}
+
+    def propose_stats(self) -> dict | None:
+        return json.loads(self.stats.read_text()) if self.stats and self.stats.exists() else None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_llama_server(self.proc)
+            self.proc = None
+
+
+def run_interleaved(arms: list[Arm], workloads: dict[str, list[dict]], max_tokens: int,
+                    rounds: int = 1) -> dict:
+    """Every case on every started arm, the arms taking turns case by case (their order
+    rotated from case to case) so that they meet the same moments of a shared machine;
+    ``rounds`` times over. Returns ``{arm: {workload: [row, ...], "propose": stats}}``
+    (or the arm's error)."""
+    live = [a for a in arms if a.url]
+    out: dict = {a.name: a.error or {} for a in arms}
+    turn = 0
+    for _ in range(rounds):
         for name, cases in workloads.items():
-            rows = []
             for case in cases:
-                if history is not None:
-                    history.write(case["history"])
-                    time.sleep(0.3)  # the proposer re-reads every 0.1 s
-                before = spec_counters(url)
-                t0 = time.perf_counter()
-                text, tokens, decode_s = complete(url, case["prompt"], max_tokens)
-                seconds = time.perf_counter() - t0
-                after = spec_counters(url)
-                rows.append({"case": case["name"], "tokens": tokens, "seconds": seconds,
-                             "decode_s": decode_s,
-                             "text": text, **{c: after[c] - before[c] for c in COUNTERS}})
-            out[name] = rows
-        if stats is not None and stats.exists():
-            out["propose"] = json.loads(stats.read_text())
-    finally:
-        stop_llama_server(proc)
+                order = live[turn % len(live):] + live[:turn % len(live)] if live else []
+                turn += 1
+                for a in order:
+                    out[a.name].setdefault(name, []).append(a.request(case, max_tokens))
+    for a in live:
+        if (stats := a.propose_stats()) is not None:
+            out[a.name]["propose"] = stats
     return out
+
+
+def sweep(arm: Arm, workloads: dict[str, list[dict]], path: Path) -> dict:
+    """vLLM's ms per decode step with n = 0..k drafts, all accepted (the oracle cut to n),
+    on one case; written to ``path`` as a cost model (``{"points": {n + 1: ms}}``, made
+    non-decreasing in n; one level: the case's context, ~1,000 tokens, stands for all).
+    Returns ``{"points", "raw"}``."""
+    url, k, oracle = arm.url, arm.k, arm.oracle
+    case = max(workloads.get("edit") or [], key=lambda c: len(c["prompt"]), default=None) \
+        or workloads["agent"][0]
+    oracle["cap"].write_text(str(k))
+    complete(url, case["prompt"], SWEEP_TOKENS)  # (remembered, up to SWEEP_TOKENS)
+    raw = {}
+    for n in range(k + 1):
+        oracle["cap"].write_text(str(n))
+        httpx.post(f"{url}/reset_prefix_cache").raise_for_status()
+        before = json.loads(oracle["stats"].read_text())["decode_steps"]
+        _, tokens, decode_s = complete(url, case["prompt"], SWEEP_TOKENS)
+        steps = json.loads(oracle["stats"].read_text())["decode_steps"] - before
+        # the first step that decodes ends the prefill (the first token): not timed
+        raw[n + 1] = {"ms": 1000 * decode_s / max(1, steps - 1), "steps": steps,
+                      "tokens": tokens}
+    oracle["cap"].write_text(str(k))
+    ms = np.maximum.accumulate([raw[n]["ms"] for n in sorted(raw)])
+    points = {n: round(float(m), 2) for n, m in zip(sorted(raw), ms)}
+    path.write_text(json.dumps({"source": f"vLLM {vllm_server.VLLM_VERSION} CPU, oracle sweep",
+                                "points": {str(n): m for n, m in points.items()}}, indent=1))
+    return {"points": points, "raw": raw}
 
 
 def complete(url: str, prompt: str, max_tokens: int) -> tuple[str, int, float]:
@@ -264,7 +359,11 @@ def main() -> None:
     parser.add_argument("--set", choices=SETS, default="held-out",
                         help="the cases: those the proposer's cost model was chosen on (fit),"
                              " or others (held-out, the default)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="times every case is sent to every arm")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cost-out", type=Path,
+                        help="where to copy the t(n) the oracle arm measured (cost model JSON)")
     args = parser.parse_args()
     if vllm_server.python() is None:
         sys.exit(f"vLLM is not installed: {vllm_server.INSTALL_HINT}")
@@ -275,14 +374,22 @@ def main() -> None:
     if "edit" in args.workloads:
         workloads["edit"] = edit_cases(folder, SETS[args.set]["rev"])
     tmp = Path(tempfile.mkdtemp(prefix="vllm-proposers-"))
-    results = {}
+    arms = [Arm(a, args.k, tmp) for a in args.arms]
     try:
-        for arm in args.arms:
-            Console(stderr=True).print(f"[dim]arm {arm}: starting vLLM ...[/dim]")
-            results[arm] = run_arm(arm, workloads, args.k, args.max_tokens, tmp)
+        # The oracle first: its sweep measures the t(n) that "assistd:cost=measured" needs.
+        extra = {}
+        for arm in sorted(arms, key=lambda a: a.name != "oracle"):
+            if arm.start() and arm.oracle is not None:
+                extra[arm.name] = {"cost": sweep(arm, workloads, tmp / "vllm_cost.json")}
+                if args.cost_out:
+                    shutil.copy(tmp / "vllm_cost.json", args.cost_out)
+        results = run_interleaved(arms, workloads, args.max_tokens, args.rounds)
+        for name, more in extra.items():
+            results[name].update(more)
     finally:
-        logs = {arm: (tmp / f"{arm.replace(':', '_')}.log") for arm in args.arms}
-        kept = {a: p.read_text()[-3000:] for a, p in logs.items() if p.exists()}
+        for arm in arms:
+            arm.stop()
+        kept = {a.name: a.log.read_text()[-3000:] for a in arms if a.log.exists()}
         shutil.rmtree(tmp, ignore_errors=True)
     report = {"k": args.k, "max_tokens": args.max_tokens, "ngram": NGRAM, "set": args.set,
               "summary": {w: summary(results, w) for w in workloads}, "results": results}
@@ -306,6 +413,10 @@ def main() -> None:
                       f"{r.get('equal_to_none', '')}/{r.get('cases', '')}",
                       str(r.get("propose_ms_per_step", {}).get("p50", "")))
         console.print(t)
+    for arm, res in results.items():
+        if "cost" in res:
+            console.print(f"{arm}: vLLM ms per step over n tokens (n - 1 drafts, all accepted):"
+                          f" {res['cost']['points']}")
 
 
 if __name__ == "__main__":
