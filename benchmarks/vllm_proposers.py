@@ -23,7 +23,9 @@ comparison (``--rounds N`` sends every case N times).
   twice and the second is measured, every draft the Target's own next k tokens. Then,
   on the edit case with the longest output (else the first agent one), a sweep of draft
   lengths n = 0..k, all accepted, gives vLLM's time per step over n + 1 tokens: the cost
-  model ``assistd:cost=measured`` uses (written to ``--cost-out`` too).
+  model ``assistd:cost=measured`` uses (written to ``--cost-out`` too);
+- ``empty``: the oracle's class cut to no drafts: vLLM's custom-proposer path with
+  nothing to verify, to tell what that path costs or saves apart from the drafts.
 
 Workloads:
 
@@ -156,6 +158,7 @@ class History:
 
 
 SWEEP_TOKENS = 256  # per request of the t(n) sweep: ~28 steps at n = 8
+QUIET_S = 1.0  # idle seconds before every measured request (Arm.request)
 
 
 class Arm:
@@ -197,12 +200,13 @@ class Arm:
             self.args = ["--speculative-config", json.dumps({
                 "method": "custom_class", "num_speculative_tokens": k,
                 "model": "assistd.fleet.vllm_proposer.HistoryProposer"})]
-        elif arm == "oracle":
-            self.oracle = {"cap": folder / "cap", "stats": folder / "oracle-stats.json"}
-            self.oracle["cap"].write_text(str(k))
+        elif arm in ("oracle", "empty"):
+            oracle = {"cap": folder / "cap", "stats": folder / "oracle-stats.json"}
+            oracle["cap"].write_text(str(k if arm == "oracle" else 0))
+            self.oracle = oracle if arm == "oracle" else None  # "empty": never drafts
             self.env.update(PYTHONPATH=str(ROOT / "benchmarks"), VLLM_SERVER_DEV_MODE="1",
-                            ASSISTD_ORACLE_CAP_FILE=str(self.oracle["cap"]),
-                            ASSISTD_ORACLE_STATS=str(self.oracle["stats"]))
+                            ASSISTD_ORACLE_CAP_FILE=str(oracle["cap"]),
+                            ASSISTD_ORACLE_STATS=str(oracle["stats"]))
             self.args = ["--speculative-config", json.dumps({
                 "method": "custom_class", "num_speculative_tokens": k,
                 "model": "vllm_oracle.ReplayOracle"})]
@@ -231,6 +235,11 @@ class Arm:
         if self.oracle is not None:  # decoded once, remembered; its prompt uncached
             complete(self.url, case["prompt"], max_tokens)
             httpx.post(f"{self.url}/reset_prefix_cache").raise_for_status()
+        # Every arm's request starts on a machine at rest: right after another server's
+        # request, that server's threads still spin for a while and slowed this one's
+        # prefill by up to 0.6 s (measured: arms with a history write before their
+        # request, or the oracle's first pass, looked 0.5 s faster to the first token).
+        time.sleep(QUIET_S)
         before = spec_counters(self.url)
         t0 = time.perf_counter()
         text, tokens, decode_s = complete(self.url, case["prompt"], max_tokens)
