@@ -304,7 +304,8 @@ def build_app(service: Service, token: str | None = None) -> Starlette:
                 # ids are the server's, its vocabulary size unknown here: unchecked, an id
                 # past it can crash the server (llama-cpp-python's detokenize does)
                 raise ApiError(400, "a prompt of token ids needs the server model's tokenizer"
-                                    " here: start assistd serve with --model GGUF of that model,"
+                                    " here: start assistd serve with --model (that model's GGUF or"
+                                    " Hugging Face folder),"
                                     " or send the prompt as text", param="prompt")
             check_token_ids(prompt, n_vocab=t.n_vocab)
             return list(prompt)

@@ -466,7 +466,8 @@ def serve(config: Config, *, lsp_host=None) -> None:
         # to no use (nothing drafts against a remote Target). A choice, not a failure.
         watcher.state = "off"
         watcher.off_reason = ("the remote Target's tokenizer is its server's: pass --model"
-                              " GGUF (the server model's) to keep the history up to date here")
+                              " (the server model's GGUF or Hugging Face folder) to keep the"
+                              " history up to date here")
         log.info("history watcher off: %s", watcher.off_reason)
     app = build_app(service, token)
     guard = ConnectionGuard(config.header_timeout_ms / 1000,

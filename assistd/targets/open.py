@@ -46,7 +46,8 @@ def open_target(spec: TargetSpec | Path | str | None = None, *, sequences: int |
 
     llama: ``n_gpu_layers``, ``numerics`` (:mod:`assistd.ground.numerics`). torch:
     ``device``, ``dtype``. openai: :class:`assistd.targets.remote.RemoteTarget` at
-    ``target_url`` (``model``, when given, a GGUF with the server model's tokenizer).
+    ``target_url`` (``model``, when given, the server model's tokenizer: its GGUF or
+    Hugging Face folder).
     Old callers may still pass a model path and ``open_target``'s former keywords
     (``n_ctx``, ``n_threads``, ``target_timeout_s`` ...), turned into a spec by
     :func:`assistd.targets.spec.from_options`. Raises :class:`ModelError`,

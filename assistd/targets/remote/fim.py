@@ -39,8 +39,9 @@ class Fim(Tokenizing):
         """The FIM ids ``(prefix, suffix, middle)``, or None (prefix-only prompts).
 
         ``fim`` "none": None. A family: ids of assistd's own above the vocabulary, which
-        :meth:`prompt_text` spells as the family's markers. "auto": the tokenizer GGUF's
-        declared FIM tokens when ``--model`` names one; else the server's tokenizer: the
+        :meth:`prompt_text` spells as the family's markers. "auto": the local tokenizer's
+        FIM tokens when ``--model`` names one (a GGUF's declared ones; in a Hugging Face
+        folder, the tokens named as llama.cpp names FIM markers); else the server's tokenizer: the
         first family whose three markers it tokenizes as one token each (llama.cpp's
         ``/tokenize`` and llama-cpp-python's ``/extras/tokenize`` parse special tokens;
         ``/props`` and ``/v1/models`` say nothing of FIM); else None, said once in the
@@ -65,7 +66,7 @@ class Fim(Tokenizing):
         if self._vocab is not None:
             ids = self._vocab.fim_tokens()
             if ids is None:
-                log.info("remote Target %s: the tokenizer GGUF declares no FIM tokens: prompts"
+                log.info("remote Target %s: the local tokenizer (--model) has no FIM tokens: prompts"
                          " are prefix-only (set target_fim to a family if the model has FIM)",
                          self.url)
             return ids
