@@ -425,6 +425,20 @@ def test_plain_http_to_another_host_warns_once_and_tls_options(caplog, tmp_path)
     assert "s3cret" not in str(e.value)
 
 
+def test_a_server_that_does_not_serve_at_start_is_said_once(fault, caplog):
+    """A URL where nothing listens is said at start, with the reason, once (a daemon
+    started silently on one); a server that answers /v1/models is not."""
+    caplog.set_level(logging.WARNING, logger="assistd.targets.remote")
+    url = f"http://127.0.0.1:{free_port()}"
+    RemoteTarget(url, timeout_s=2).close()
+    said = [r.getMessage() for r in caplog.records if "does not serve now" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"warning: the remote Target {url} ")
+    assert "requests fail until it does" in said[0]
+    caplog.clear()
+    RemoteTarget(fault.url, timeout_s=2).close()
+    assert not [r for r in caplog.records if "does not serve now" in r.getMessage()]
+
+
 def test_the_proxy_and_ca_variables_are_honoured(fault, monkeypatch):
     """trust_env: a request to another host goes through $HTTP_PROXY (the fault server
     plays the proxy and sees the absolute URL); $REQUESTS_CA_BUNDLE is read as a CA file."""

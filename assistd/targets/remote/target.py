@@ -131,7 +131,9 @@ class RemoteTarget(Generating, Prompting, Fim):
                       "latency_ms": None, "last_error": None, "checked_at": None,
                       "model_listed": None}  # --target-model among the server's models
         self._prober: threading.Thread | None = None
-        self.probe()
+        if self.probe()["last_error"]:  # said at start: a daemon would otherwise start silently
+            log.warning("warning: the remote Target %s does not serve now (%s); requests fail"
+                        " until it does", self.url, self.state["last_error"])
 
     def __repr__(self) -> str:
         return f"RemoteTarget({self.url!r}, model={self.display_model!r}, tokenizer={self._mode!r})"
