@@ -500,7 +500,8 @@ def test_assistd_status_shows_connections_and_the_watcher(daemon):
     w = daemon.status()["watcher"]
     # a remote Target with the server's tokenizer: no history to watch (nothing drafts)
     if server_tokenizes():
-        assert w["state"] == "off" and w["error"] is None and "pass --model GGUF" in w["off_reason"]
+        assert w["state"] == "off" and w["error"] is None
+        assert "pass --model (the server model's GGUF or Hugging Face folder)" in w["off_reason"]
     else:
         assert w["state"] == "watching" and w["error"] is None
     assert w["restarts"] == 0

@@ -41,11 +41,11 @@ class Fim(Tokenizing):
         ``fim`` "none": None. A family: ids of assistd's own above the vocabulary, which
         :meth:`prompt_text` spells as the family's markers. "auto": the local tokenizer's
         FIM tokens when ``--model`` names one (a GGUF's declared ones; in a Hugging Face
-        folder, the tokens named as llama.cpp names FIM markers); else the server's tokenizer: the
-        first family whose three markers it tokenizes as one token each (llama.cpp's
-        ``/tokenize`` and llama-cpp-python's ``/extras/tokenize`` parse special tokens;
-        ``/props`` and ``/v1/models`` say nothing of FIM); else None, said once in the
-        log. Decided on first use; while the server cannot be asked, None for now."""
+        folder, the tokens named as llama.cpp names FIM markers); else the server's
+        tokenizer: the first family whose three markers it tokenizes as one token each
+        (llama.cpp's ``/tokenize`` and llama-cpp-python's ``/extras/tokenize`` parse
+        special tokens; ``/props`` and ``/v1/models`` say nothing of FIM); else None,
+        said once in the log. Decided on first use; while the server cannot be asked, None for now."""
         if self._fim is _UNDECIDED:
             with self._lock:
                 if self._fim is _UNDECIDED:
@@ -66,8 +66,8 @@ class Fim(Tokenizing):
         if self._vocab is not None:
             ids = self._vocab.fim_tokens()
             if ids is None:
-                log.info("remote Target %s: the local tokenizer (--model) has no FIM tokens: prompts"
-                         " are prefix-only (set target_fim to a family if the model has FIM)",
+                log.info("remote Target %s: the local tokenizer (--model) has no FIM tokens:"
+                         " prompts are prefix-only (set target_fim to a family if the model has FIM)",
                          self.url)
             return ids
         try:
