@@ -132,8 +132,8 @@ class RemoteTarget(Generating, Prompting, Fim):
                       "model_listed": None}  # --target-model among the server's models
         self._prober: threading.Thread | None = None
         if self.probe()["last_error"]:  # said at start: a daemon would otherwise start silently
-            log.warning("warning: the remote Target %s does not serve now (%s); requests fail"
-                        " until it does", self.url, self.state["last_error"])
+            log.warning("warning: %s (at start: requests fail until it serves)",
+                        self.state["last_error"])
 
     def __repr__(self) -> str:
         return f"RemoteTarget({self.url!r}, model={self.display_model!r}, tokenizer={self._mode!r})"
