@@ -101,17 +101,26 @@ def totals(rows: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--agents", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=4, help="per agent")
-    parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--arms", nargs="+", default=["ngram", "silo", "shared"])
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--agents", type=int, default=3,
+                        help="agents N (1 to the 13 sessions): silo starts a server per agent")
+    parser.add_argument("--requests", type=int, default=4, help="requests per agent")
+    parser.add_argument("--k", type=int, default=8, help="num_speculative_tokens of every arm")
+    parser.add_argument("--max-tokens", type=int, default=96, help="tokens per request")
+    parser.add_argument("--arms", nargs="+", default=["ngram", "silo", "shared"],
+                        choices=["ngram", "silo", "shared"])
+    parser.add_argument("--json", type=Path, help="write the rows and the table here")
     args = parser.parse_args()
+    if args.requests < 1 or args.k < 1 or args.max_tokens < 1:
+        parser.error("--requests, --k and --max-tokens must be at least 1")
+    if not TRANSCRIPTS.is_dir():
+        parser.error(f"the shared transcripts are not at {TRANSCRIPTS} (read in place)")
+    try:
+        shared, silos = fleet_cases(streams(args.agents), args.requests)
+    except ValueError as e:
+        parser.error(str(e))
     if vllm_server.python() is None:
         sys.exit(f"vLLM is not installed: {vllm_server.INSTALL_HINT}")
     vllm_server.model_dir()
-    shared, silos = fleet_cases(streams(args.agents), args.requests)
     tmp = Path(tempfile.mkdtemp(prefix="vllm-fleet-"))
     servers: dict[str, list[Arm]] = {}
     if "ngram" in args.arms:

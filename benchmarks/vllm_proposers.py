@@ -157,6 +157,7 @@ class History:
             store.close()
 
 
+ARMS = ("none", "ngram", "suffix", "assistd", "oracle", "empty")
 SWEEP_TOKENS = 256  # per request of the t(n) sweep: ~28 steps at n = 8
 QUIET_S = 1.0  # idle seconds before every measured request (Arm.request)
 
@@ -361,19 +362,28 @@ def summary(results: dict, workload: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arms", nargs="+", default=["none", "ngram", "suffix", "assistd"])
-    parser.add_argument("--workloads", nargs="+", default=["agent", "edit"])
-    parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--arms", nargs="+", default=["none", "ngram", "suffix", "assistd"],
+                        help=f"of {', '.join(ARMS)}; assistd:KEY=VALUE,... sets the"
+                             " proposer's settings (ASSISTD_VLLM_KEY), cost=measured the"
+                             " oracle's t(n)")
+    parser.add_argument("--workloads", nargs="+", default=["agent", "edit"],
+                        choices=["agent", "edit"])
+    parser.add_argument("--k", type=int, default=8, help="num_speculative_tokens of every arm")
+    parser.add_argument("--max-tokens", type=int, default=96, help="tokens per request")
     parser.add_argument("--set", choices=SETS, default="held-out",
                         help="the cases: those the proposer's cost model was chosen on (fit),"
                              " or others (held-out, the default)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="times every case is sent to every arm")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", type=Path, help="write the rows, the summary and the logs here")
     parser.add_argument("--cost-out", type=Path,
                         help="where to copy the t(n) the oracle arm measured (cost model JSON)")
     args = parser.parse_args()
+    bad = [a for a in args.arms if a.partition(":")[0] not in ARMS]
+    if bad:
+        parser.error(f"unknown arm {bad[0]!r}: the arms are {', '.join(ARMS)}")
+    if args.k < 1 or args.max_tokens < 1 or args.rounds < 1:
+        parser.error("--k, --max-tokens and --rounds must be at least 1")
     if vllm_server.python() is None:
         sys.exit(f"vLLM is not installed: {vllm_server.INSTALL_HINT}")
     folder = vllm_server.model_dir()

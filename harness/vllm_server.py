@@ -53,7 +53,8 @@ def python() -> Path | None:
     return path if done.returncode == 0 and done.stdout.strip() == VLLM_VERSION else None
 
 
-INSTALL_HINT = ".venv/bin/python -m harness.vllm_server install  (about 2.5 min, 3.5 GB)"
+INSTALL_HINT = (".venv/bin/python -m harness.vllm_server install  (about 2.5 min, 3.5 GB),"
+                " or ASSISTD_VLLM_VENV naming an environment it made")
 
 
 def install() -> Path:

@@ -476,7 +476,8 @@ class VSCode:
         ``fill`` waiting 30 s on a hidden input."""
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-        for key in ("F1", "Control+Shift+P", "F1", "Control+Shift+P"):  # focus in a tab list can swallow one
+        # (focus in a tab list can swallow a key: the other one next)
+        for key in ("F1", "Control+Shift+P", "F1", "Control+Shift+P"):
             self.page.keyboard.press("Escape")
             self.page.keyboard.press(key)
             try:
