@@ -537,11 +537,17 @@ def test_a_tuned_arm_drafts_priced_by_the_t_n_its_loop_measured(target):
     build = bench._proposer
     bench._proposer = lambda a, index, cost: priced.append(cost) or build(a, index, cost)
     case = Case("copy", [target.bos_token_id] + target.tokenize(COPY_HEAVY), "python")
+    learned = []  # the tuner's model after each generation
     for _ in range(2):
         bench._run(arm, case, build(arm, rt.index, seed), rt, "bench:x")
+        learned.append(tuner.cost_model())
     assert len(priced) == 2
-    # t(1) at the prompt's context: the first generation had nothing measured yet and
-    # got the seed's; the second, what the first one's forwards taught the tuner
-    at = len(case.prompt)
-    assert priced[0].t_ms(1, at) == pytest.approx(seed.t_ms(1, at))
-    assert priced[1].t_ms(1, at) != pytest.approx(seed.t_ms(1, at), rel=1e-6)
+    # The first generation had nothing measured yet and got the seed; the second, what
+    # the first one's forwards taught the tuner: a level at the context they ran at
+    # (the prompt's and on). Compared as models, not as t(1) values: t is
+    # non-decreasing in the context, so on a machine faster than the reference CPU
+    # the learned level is raised to the seed's (CI's: t(1) 10.0 ms, priced 11.0).
+    assert (priced[0].points, priced[0].levels) == (seed.points, {})
+    assert priced[1] == learned[0] and learned[0].source.startswith("measured:")
+    assert min(learned[0].levels) >= len(case.prompt)
+    assert learned[1] != learned[0]  # and the second one's forwards count too

@@ -60,6 +60,8 @@ def test_edit_window_keeps_the_context_lines_around_the_changed_lines():
     assert a == b.replace("line 10\n", "line ten\n").replace("line 30\n", "line 30\nextra\n")
     assert edit_window(before, after, 100) == (before, after)
     assert edit_window("x\n", "x\ny", 0) == ("", "y")  # a pure append: only the new line
+    # a repeated line inserted: its equal lines above are not counted again below it
+    assert edit_window("x\nx\n", "x\nx\nx\n", 0) == ("", "x\n")
     with pytest.raises(ValueError):
         edit_window(before, before, 3)
 
@@ -88,9 +90,13 @@ def test_git_case_is_the_commit_and_its_parent_cut_to_the_window(repo_cases):
         first_change = len(os.path.commonprefix([full_before.splitlines(True),
                                                   full_after.splitlines(True)]))
         assert above == max(0, first_change - 30)
-        below = full_before[start + len(case.before):].count("\n")
-        last_change = len(os.path.commonprefix([full_before.splitlines(True)[::-1],
-                                                full_after.splitlines(True)[::-1]]))
+        below = len(full_before[start + len(case.before):].splitlines())  # the last line
+        # may lack its newline
+        # the equal lines under the last change, never lines of the equal top again
+        # (lines a commit inserts among repeated ones match both ends)
+        rest = [lines[first_change:][::-1] for lines in (full_before.splitlines(True),
+                                                          full_after.splitlines(True))]
+        last_change = len(os.path.commonprefix(rest))
         assert below == max(0, last_change - 30)
         subject = git(REPO, "show", "-s", "--format=%s", sha).strip()
         body = git(REPO, "show", "-s", "--format=%b", sha).strip()

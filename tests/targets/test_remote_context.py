@@ -245,7 +245,8 @@ def test_no_fim_tokens_on_the_real_server_is_prefix_only_said_once(
             ask(c, repo, DOC + "\n\nx = 1\n", offset=len(DOC))
         assert proxy.prompts()[-1] == DOC  # no markers, no suffix
         said = [r.getMessage() for r in caplog.records if "prefix-only" in r.getMessage()]
-        assert len(said) == 1 and ("declares no FIM" if model else "no FIM markers") in said[0]
+        words = "local tokenizer (--model) has no FIM tokens" if model else "no FIM markers"
+        assert len(said) == 1 and words in said[0]
     finally:
         c.close()
         c.runtime.close()
