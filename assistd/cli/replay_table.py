@@ -40,6 +40,13 @@ def print_replay(report: dict) -> None:
             cells[5:5] = [f"{m.get('tree_rounds', 0):,}", f(m.get("nodes_per_round"))]
         table.add_row(*cells)
     console.print(table)
+    left = {"too large (over 1 MB; `assistd index` leaves them out too)":
+            inputs.get("skipped_large", 0),
+            "binary": inputs.get("skipped_binary", 0),
+            "of no known transcript format": inputs.get("unknown_format", 0)}
+    if any(left.values()):
+        console.print("not replayed: " + "; ".join(f"{n:,} {why}" for why, n in left.items()
+                                                   if n), highlight=False)
     depth = min(8, max((len(m["reached_per_position"]) for m in report["proposers"].values()),
                        default=0))
     if depth:

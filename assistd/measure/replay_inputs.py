@@ -24,7 +24,7 @@ from pathlib import Path
 
 from assistd.ground.errors import InputError
 from assistd.ground.languages import language_id
-from storage.ingest import iter_transcript_files
+from storage.ingest import DEFAULT_MAX_RECORD_BYTES, iter_transcript_files
 from storage.walk import NOT_REGULAR, Refused
 from storage.transcripts import (
     ASSISTANT, HEAD_BYTES, MODEL_KINDS, TranscriptError, apply_ops, detect_format, open_bytes,
@@ -84,10 +84,14 @@ def _turn_language(kind: str, language: str | None) -> str:
     return language or ("markdown" if kind == ASSISTANT else "plaintext")
 
 
-def transcript_session(path: Path, fmt: str | None = None) -> Session:
-    """One transcript file as a session. Raises :class:`InputError` when the file is
-    missing, not a regular file (a FIFO, a socket, a device: never opened to wait on) or
-    unreadable, its format unknown, or it does not parse at all."""
+def transcript_session(path: Path, fmt: str | None = None, report: InputReport | None = None,
+                       max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Session:
+    """One transcript file as a session. A record over ``max_record_bytes`` (UTF-8) is
+    left out and counted in ``report.skipped_large``, as ``assistd index`` leaves it out
+    of the history (a peer's step scans the whole context, so one 5 MB message made a
+    replay run for hours). Raises :class:`InputError` when the file is missing, not a
+    regular file (a FIFO, a socket, a device: never opened to wait on) or unreadable, its
+    format unknown, or it does not parse at all."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"file not found: {path}")
@@ -109,9 +113,13 @@ def transcript_session(path: Path, fmt: str | None = None) -> Session:
         raise InputError(_not_regular(path) if e.reason == NOT_REGULAR else str(e)) from None
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+    kept = [r for r in records.values()
+            if len(r.text.encode("utf-8", "surrogatepass")) <= max_record_bytes]
+    if report is not None:
+        report.skipped_large += len(records) - len(kept)
     turns = [Turn(r.kind, r.text, r.kind in MODEL_KINDS,
                   _turn_language(r.kind, r.language_id) if r.kind in MODEL_KINDS else None)
-             for r in records.values()]
+             for r in kept]
     return Session(name=str(path), source=fmt, turns=turns)
 
 
@@ -138,7 +146,7 @@ def transcript_sessions(paths: Iterable[Path], report: InputReport) -> list[Sess
                 if fmt is None:
                     report.unknown_format += 1
                     continue
-            session = transcript_session(path, fmt)
+            session = transcript_session(path, fmt, report)
             sessions.append(session)
             report.files.append(str(path))
             report.formats[session.source] = report.formats.get(session.source, 0) + 1

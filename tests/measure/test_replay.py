@@ -518,6 +518,29 @@ def test_a_fifo_given_by_name_is_said_to_be_no_regular_file(tmp_path):
                    "not a regular file", "FIFO")
 
 
+def test_a_record_over_1_mb_is_left_out_and_counted_as_index_does(tmp_path):
+    """A newcomer's transcript with one 5 MB message kept `replay` silent for over 300 s
+    (a peer's step scans the whole context). A record over 1 MB (UTF-8) is not replayed,
+    as `assistd index` does not store it; the others are; the count is in the JSON and
+    the table says it."""
+    big = "x = 1\n" * 200_000  # 1,200,000 bytes
+    small = "def f(x):\n    return x + 1\n"
+    tx = tmp_path / "big.jsonl"
+    tx.write_text("".join(json.dumps({"role": role, "content": text}) + "\n" for role, text in
+                          [("user", "write code"), ("assistant", big), ("assistant", small)]))
+    report = InputReport()
+    (session,) = transcript_sessions([tx], report)
+    assert [t.text for t in session.turns] == ["write code", small]
+    assert report.skipped_large == 1
+    assert [t.text for t in transcript_session(tx, max_record_bytes=len(big)).turns] == [
+        "write code", big, small]  # the limit is inclusive
+    r = assistd("replay", tx, "--proposer", "ngram", "--cost-model", "reference", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["inputs"]["skipped_large"] == 1
+    r = assistd("replay", tx, "--proposer", "ngram", "--cost-model", "reference")
+    assert "not replayed: 1 too large (over 1 MB" in r.stdout
+
+
 def test_cli_bad_inputs_are_one_line_exit_2(tmp_path):
     """replay with a missing file, an unknown format or proposer, a missing cost model, nothing
     to replay or a non-repository --git exits 2 with one line naming the fix."""
