@@ -134,8 +134,14 @@ def complete(file_, line, column, repo, max_tokens, proposer, draft_model, no_sp
     language = language or (language_id(file_) if file_ != "-" else "plaintext")
     client = _complete_daemon(use_daemon)
     if client is not None:
+        from assistd.runtime.runtime import prompt_tail
+        from assistd.targets.remote.tokenizer import CHARS_PER_TOKEN
+
+        # Only the tail the daemon reads (its Target's ids may be characters): a file of
+        # 50 MB before the cursor went over its request limit (max_request_bytes).
+        sent = prompt_tail(prompt_text, max_prompt_tokens * CHARS_PER_TOKEN)
         out = client.post("/v1/assistd/complete", {
-            "prompt_text": prompt_text, "repo": str(repo or default_repo or "") or None,
+            "prompt_text": sent, "repo": str(repo or default_repo or "") or None,
             "proposer": proposer, "k": k, "max_tokens": max_tokens,
             "max_prompt_tokens": max_prompt_tokens, "stop": list(stop),
             "guess_outside_git": repo is None, "language": language,

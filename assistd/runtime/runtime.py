@@ -81,6 +81,17 @@ class Scope:
     report: IndexReport | None = None
 
 
+TOKEN_CHARS = 16  # a token is rarely over 16 characters: the tail a prompt is cut from
+
+
+def prompt_tail(text: str, budget: int) -> str:
+    """The end of ``text`` that :meth:`Runtime.prompt` tokenizes for a budget of
+    ``budget`` ids: ``TOKEN_CHARS`` characters per id (a multi-megabyte file before the
+    cursor would otherwise take seconds). A client that sends the daemon this tail, or
+    a longer one, gets the tokens the whole text would give."""
+    return text[-budget * TOKEN_CHARS:] if budget > 0 else ""
+
+
 class Runtime:
     """The Target (with its KV sequences), the history and the tuner, assembled once.
 
@@ -239,9 +250,7 @@ class Runtime:
         for an empty prompt on a model without BOS."""
         t = self.target
         budget *= getattr(t, "chars_per_token", 1)  # a remote Target's ids may be characters
-        # Tokenize only the tail that can fit (a token is rarely over 16 characters):
-        # a multi-megabyte file before the cursor would otherwise take seconds.
-        ids = t.tokenize(text[-budget * 16:]) if budget > 0 else []
+        ids = t.tokenize(prompt_tail(text, budget)) if budget > 0 else []
         ids = ids[-budget:] if len(ids) > budget else ids
         return self.with_bos(ids, budget)
 

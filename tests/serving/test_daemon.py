@@ -380,6 +380,26 @@ def test_complete_and_status_use_the_daemon(daemon, tmp_path):
     assert r.returncode == 2 and "--n-ctx" in r.stderr
 
 
+def test_a_file_over_the_request_limit_completes_through_the_daemon(daemon, tmp_path):
+    """A newcomer's `complete --file big.py` (55 MB) failed with the daemon up ("request
+    body of 55582001 bytes is over the limit of 8000000 (max_request_bytes)") and worked
+    without it. The CLI sends only the tail of the prompt the daemon reads: the 9.8 MB
+    file completes through the daemon, with the in-process text (exact numerics)."""
+    big = tmp_path / "big.py"
+    big.write_text("# filler line\n" * 700_000 + PATTERN)
+    assert big.stat().st_size > 8_000_000
+    cmd = [sys.executable, "-m", "assistd", "complete", "--file", str(big), "--max-tokens", "8",
+           "--json"]
+    r = subprocess.run(cmd, env=daemon.env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["daemon"] is True and out["tokens"] == 8
+    r = subprocess.run(cmd + ["--no-daemon", "--numerics", "exact"], env=daemon.env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["completion"] == out["completion"]
+
+
 def test_status_without_a_daemon(tmp_path):
     """`assistd status` with no daemon on the socket exits 1 saying no daemon answers."""
     env = {**os.environ, "ASSISTD_SOCKET": str(tmp_path / "none.sock")}
