@@ -166,6 +166,8 @@ def test_unreadable_inputs_and_positions_are_one_line_exit_2(repo, tmp_path):
     binary = repo / "blob.bin"
     binary.write_bytes(b"\0\1\2")
     one_line_error(assistd("complete", "--file", binary), "looks binary")
+    # from stdin it names stdin, not "-" (a newcomer read "error: - looks binary")
+    one_line_error(assistd("complete", "--file", "-", input="a\0b"), "stdin looks binary")
 
 
 def test_a_fifo_or_a_device_as_file_is_refused_at_once(repo):

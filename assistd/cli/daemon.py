@@ -136,7 +136,8 @@ def _print_status(st: dict, path) -> None:
                    + (f" (checked {remote['checked_ago_s']:.0f} s ago)"
                       if remote.get("checked_ago_s") is not None else "")
                    + (f"; last error: {remote['last_error']}" if remote.get("last_error") else "")))
-    click.echo(f"requests: {st['requests']}; tokens generated {st['tokens_generated']};"
+    asked = ", ".join(f"{kind} {n}" for kind, n in st["requests"].items())
+    click.echo(f"requests: {asked}; tokens generated {st['tokens_generated']};"
                f" editor sessions {st.get('lsp_sessions', 0)}")
     click.echo(f"running: {', '.join(st['jobs_running']) or 'idle'}; queued: {len(st['jobs_queued'])};"
                f" preemptions {st['scheduler']['preemptions']}")

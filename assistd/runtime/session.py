@@ -89,10 +89,12 @@ def read_prompt(file_: str, line: int | None, column: int | None) -> tuple[str, 
             raise InputError(f"cannot read {path}: {e.strerror}") from None
         repo = find_repository_root(path.resolve().parent)
     if len(data) > MAX_PROMPT_FILE_BYTES:
-        raise InputError(f"{file_} is over {MAX_PROMPT_FILE_BYTES // 2**20} MiB; a completion"
+        raise InputError(f"{'stdin' if file_ == '-' else file_} is over"
+                         f" {MAX_PROMPT_FILE_BYTES // 2**20} MiB; a completion"
                          " reads the whole file: pass a smaller one")
     if b"\0" in data[:8192]:
-        raise InputError(f"{file_} looks binary (NUL byte); completion needs a text file")
+        raise InputError(f"{'stdin' if file_ == '-' else file_} looks binary (NUL byte);"
+                         " completion needs a text file")
     text = data.decode("utf-8", errors="replace")
     return text, text[: cursor_offset(text, line, column)], repo
 

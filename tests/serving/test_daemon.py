@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -370,6 +371,8 @@ def test_complete_and_status_use_the_daemon(daemon, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and ("exact numerics (promise: exact)" in r.stdout) is (
         not on_remote_target()), r.stdout
+    # the request counts as words, not a Python dict (a newcomer saw "{'api': 0, ...}")
+    assert re.search(r"^requests: (\w+ \d+, )+\w+ \d+; tokens generated", r.stdout, re.M), r.stdout
     # a remote Target with the server's tokenizer: no history to watch (nothing drafts);
     # with the served model's (--target vllm) it keeps the history in that token space
     assert st["watcher"]["state"] == ("off" if server_tokenizes() else "watching")
