@@ -78,6 +78,9 @@ def setup_logging(config: Config) -> Path:
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    # httpx says every request at INFO: the probe of a daemon already running, a remote
+    # Target's every round. Its warnings and errors still come.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     return path
 
 

@@ -419,6 +419,8 @@ def test_a_second_daemon_on_the_same_socket_is_refused(daemon, tmp_path):
                         "--log-file", str(tmp_path / "log")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "already answers" in r.stderr
+    # and only that: httpx's INFO line of the probe came first (a newcomer's read)
+    assert "httpx" not in r.stderr, r.stderr
     assert daemon.status()["model"]  # the first one is untouched
 
 
