@@ -84,6 +84,12 @@ break-it pass: passwords in URLs with an empty user, credentials in URL queries,
 ``config.json`` auths, base64 of a key or of ``user:password``, ``.netrc`` entries in any
 file, password and token columns of Markdown tables, a key on a comment line after the
 comment naming it, a key cut into two string literals, and Microsoft's provider table.
+
+``m009_rescan_secrets_pairs_notes`` (no schema change) re-scans with the rules of a
+newcomer's break-it run: an AWS secret key beside its key id (the id was redacted, the
+key kept), short password notes (``pw=PW``, ``(pass: PW)``, ``login: USER / PW``, ``user
+U, pass PW``), the default of an environment lookup named or passed as a secret, and a
+key cut in two adjacent literals whose first names it.
 """
 
 import json
@@ -235,6 +241,11 @@ def m007_target_costs_context(db: sqlite_utils.Database) -> None:
 @migration
 def m008_rescan_secrets_urls_tables(db: sqlite_utils.Database) -> None:
     rescan_secrets(db, "m008_rescan_secrets_urls_tables")
+
+
+@migration
+def m009_rescan_secrets_pairs_notes(db: sqlite_utils.Database) -> None:
+    rescan_secrets(db, "m009_rescan_secrets_pairs_notes")
 
 
 RESCAN_MARK = "rescanned"  # a content_hash no sha256 hex equals: the source is read again

@@ -67,7 +67,17 @@ Pipeline (offsets are UTF-8 byte offsets, ``surrogatepass``, so lone surrogates 
    found by scanning the line with the literals joined, before everything else; and the
    provider table of Microsoft's secret masker (``microsoft-security-utilities-secret-masker``,
    its PreciselyClassifiedSecurityKeys: Azure identifiable keys, NuGet, Azure DevOps PATs, ...)
-   on the same long runs as the provider rules. References
+   on the same long runs as the provider rules. From a fourth break-it run: an AWS secret
+   access key next to its key id (a standalone 40-character ``[A-Za-z0-9/+]`` run with letters
+   and digits on the id's line or the next one, found before the plugins replace the id, as
+   trufflehog pairs them: :func:`.context_rules.aws_pair_spans`); short password forms in notes
+   (``pw=PW``, ``pw: PW``, ``(pass: PW)``, ``login: user / PW``, ``user U, pass PW``; the
+   value must look like a token, :func:`.values.note_password`); the default of an environment
+   lookup (``os.environ.get``/``os.getenv``/``ENV.fetch``/``process.env.X ||``) whose
+   variable names a secret or that is assigned or passed to one
+   (``password=os.environ.get("X", "PW")``); and a key cut in two literals whose only finding
+   is high entropy, when a keyword inside the first literal names it
+   (``"aws_secret_access_key = wJalr"\\n    "XUtn..."``). References
    and placeholders (``$VAR``, ``<token>``, ``PASSWORD`` metavars) stay.
 
 What detect-secrets alone misses or gets wrong, and what this package does about it:
@@ -110,7 +120,8 @@ them), ``.pgpass`` lines, a plain lowercase word after a space-separated ``--pas
 flag (read as prose: "--password requires --user"), a password in prose that is a plain word or
 a CamelCase name ("the password is sunshine", "... is HttpServer"), a header value of one
 character class (``Bearer abcdefghijklmnop``) or in a Markdown table (``| pw | sunshine |``), a
-key cut in three literals or more, and formats no rule knows. A suggestion the user accepts is
+key cut in three literals or more, an AWS secret key two lines or more from its key id (or
+above it) with no keyword naming it, and formats no rule knows. A suggestion the user accepts is
 redacted with the line it completes (:func:`storage.suggestions.redact_in_context`).
 
 Throughput (``benchmarks/secrets_throughput.py``, one core of this machine, CPython 3.11;
@@ -156,8 +167,10 @@ Modules, one job each (the pipeline's steps above, in order of use):
 ``spans``               step 4: :data:`REDACTED`, :class:`Redaction`, merging and replacing
 ``provider_rules``      step 5: provider formats and Microsoft's table, on long runs
 ``cli_rules``           step 5: command lines and ``NAME=value`` assignments
-``gated_rules``         step 5: headers, prose, stdin logins, signed and webhook URLs, ...
-``context_rules``       step 5: next-line values, fenced blocks, ``.netrc``, Markdown tables
+``gated_rules``         step 5: headers, prose, stdin logins, signed and webhook URLs,
+                        environment defaults, ...
+``context_rules``       step 5: next-line values, fenced blocks, ``.netrc``, Markdown tables;
+                        first: an AWS secret key next to its key id
 ``rescan_rules``        step 5: base64 of a credential, a key cut in two literals
 ``values``              step 5: is a found value a literal secret (not a reference, a word)?
 ``text_scan``           C-speed runs of token characters; a lowered copy with equal offsets

@@ -9,6 +9,8 @@ table it sits in.
   several) wherever they are.
 * :func:`table_spans`: the cells of a Markdown table column headed ``password``, ``token``,
   ``api key``... that look like a token.
+* :func:`aws_pair_spans`: an AWS secret access key next to its access key id (same line or
+  the next one), with no keyword naming it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .detector import keyword_mode
 from .scan import find_spans
 from .spans import TextSpan
 from .text_scan import lower_same_offsets
-from .values import header_secret, lone_secret, table_password
+from .values import aws_secret_key, header_secret, lone_secret, table_password
 
 # A secret alone on its line, right after the line that names it (prose, a comment, a
 # Markdown label): "Here is the AWS secret access key:\n<40 characters>". The hint line
@@ -233,4 +235,47 @@ def table_spans(text: str) -> list[TextSpan]:
                     value = row[s:e]
                     if value and not any(c.isspace() for c in value) and check[k](value):
                         out.append((starts[j] + s, starts[j] + e, "Secret In Table", value))
+    return out
+
+
+# An AWS secret access key next to its key id ("AKIA... / wJalr...", the IAM console's CSV
+# "ci,AKIA...,wJalr...", the id on one line and the key on the next): the plugin knows the
+# id by its prefix but the secret only after a keyword. As trufflehog's AWS detector pairs
+# each id with the 40-character [A-Za-z0-9/+] runs near it, and Watchman's AWS rule gates
+# that run on an AKIA/ASIA id, a standalone run of 40 on the id's line or the next one is
+# the secret when it looks random (:func:`.values.aws_secret_key`). Runs before the plugins,
+# while the id is still there to see; an id already redacted ([REDACTED], as every history
+# written before this rule holds it) anchors it too: a random run of 40 beside a secret is
+# one (m009's rescan relies on it).
+_AWS_KEY_ID = re.compile(r"A(?:3T[A-Z0-9]|KIA|SIA|BIA|CCA)[A-Z0-9]{16}"  # the plugin's ids
+                         r"|\[REDACTED\]")
+_AWS_SECRET_RUN = re.compile(r"(?<![A-Za-z0-9/+_-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
+
+
+def aws_pair_spans(text: str) -> list[TextSpan]:
+    """40-character secret keys on the line of an AWS access key id (or of a value
+    already redacted), or on the next line.
+
+    >>> aws_pair_spans("AKIAIOSFODNN7EXAMPLE / wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    [(23, 63, 'AWS Secret Access Key', 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY')]
+    >>> aws_pair_spans("[REDACTED] / wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")[0][:2]
+    (13, 53)
+    """
+    m = _AWS_KEY_ID.search(text)
+    if m is None:
+        return []
+    if "\\n" in text:  # JSON-escaped lines (a .jsonl transcript): same offsets, real breaks
+        text = text.replace("\\n", " \n")
+    out = []
+    seen: set[int] = set()
+    while m is not None:
+        s = text.rfind("\n", 0, m.start()) + 1
+        e = text.find("\n", m.end())
+        e = len(text) if e < 0 else text.find("\n", e + 1)  # and the next line
+        e = len(text) if e < 0 else e
+        for r in _AWS_SECRET_RUN.finditer(text, s, e):
+            if r.start() not in seen and aws_secret_key(r.group()):
+                seen.add(r.start())
+                out.append((r.start(), r.end(), "AWS Secret Access Key", r.group()))
+        m = _AWS_KEY_ID.search(text, m.end())
     return out

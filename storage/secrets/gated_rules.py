@@ -1,5 +1,5 @@
-"""Secrets in HTTP headers, prose, piped logins, signed URLs, webhook URLs, URL queries and
-Docker's ``config.json``: the rules gated by literal words.
+"""Secrets in HTTP headers, prose, piped logins, signed URLs, webhook URLs, URL queries,
+Docker's ``config.json`` and environment lookups' defaults: the rules gated by literal words.
 
 Each rule of :data:`GATED_RULES` names gate words, looked for in the ASCII-lowered text
 (``str.find``: C speed, ~1 ms per MB each); its regex (case-insensitive) runs only on the lines
@@ -13,7 +13,8 @@ import re
 
 from .spans import REDACTED, TextSpan
 from .text_scan import lower_same_offsets
-from .values import header_secret, plausible_password, prose_secret, user_password_blob
+from .values import (header_secret, note_password, plausible_password, prose_secret,
+                     user_password_blob)
 
 # Secrets in HTTP headers, prose, piped logins, signed URLs and webhook URLs (issue 21, second
 # break-it run: all were stored in full). Each rule has gate literals, looked for in the
@@ -28,6 +29,20 @@ _WORD_V = r"""\\*['"`]?([^\s'"`()\[\]{}<>,;|&\\]{4,}|\[REDACTED\])"""
 _PROSE_WORD = r"(?!(?:and|or|but|if|then|which|that|when|while|because|so)\b)[A-Za-z][\w'-]*"
 _PROSE_KEY = (r"(?:password|passwd|passphrase|passcode|pass[ \t]+phrase|pwd|token|secret"
               r"|api[ \t]+key)")
+# A short-form password in notes (fourth break-it run): the value as in prose, which may also
+# end at a closing parenthesis or a comma ("(pass: PW)", "user u, pass PW, then ...").
+_NOTE_V = (r"\\*['\"`]?([^\s'\"`()\[\]{}<>,;|&\\]{5,}?[^\s'\"`()\[\]{}<>,;|&\\.:!?/]"
+           r"|\[REDACTED\])[.,!?:]*(?=['\"`),;]|\s|$|\\[nrt\"'])")
+# Environment lookups with a default: Python's os.environ.get / os.getenv, Ruby's ENV.fetch
+# (name, default), JavaScript's process.env.NAME || default. A name that names a secret
+# ends in one of these words (DB_PASSWORD, GITHUB_TOKEN, API_SECRET_KEY; not TOKEN_DTYPE).
+_SECRET_NAME = (r"[\w-]*?(?:pass(?:word|wd)|secret|token|credentials?"
+                r"|(?<![a-z0-9])(?:pass|pwd|pw)"
+                r"|(?:api|access|secret|private|signing|encryption|auth|master|client)[_-]?key)")
+_ENV_DEFAULT = (r"(?:(?:(?:os\.)?(?:environ\.get|getenv)|ENV\.fetch)"
+                r"\([ \t]*\\*['\"](?:{name})\\*['\"][ \t]*,[ \t]*(?:default[ \t]*=[ \t]*)?"
+                r"|process\.env\.(?:{name})[ \t]*(?:\|\||\?\?)[ \t]*)"
+                r"\\*['\"`]([^\s'\"`\\]{{6,}}|\[REDACTED\])\\*['\"`]")
 GATED_RULES: tuple[tuple[tuple[str, ...], str, str, object], ...] = (
     # Authorization / Proxy-Authorization headers, raw, in curl -H "...", or in a dict
     # ("Authorization": "Basic ..."): the credentials after the scheme.
@@ -47,6 +62,25 @@ GATED_RULES: tuple[tuple[tuple[str, ...], str, str, object], ...] = (
      r"(?:[ \t]+(?:now|still|set[ \t]+to))?[ \t]*:?|[ \t]*:)(?:\*\*)?[ \t]+['\"`]?"
      r"([^\s'\"`()\[\]{}<>,;|&\\]{5,}?[^\s'\"`()\[\]{}<>,;|&\\.:!?/]|\[REDACTED\])[.,!?:]*"
      r"(?=['\"`]|\s|$|\\[nrt\"'])", prose_secret),
+    # Fourth break-it run: short forms in notes and chat: "pw=PW", "pw: PW", "(pass: PW)".
+    (("pw", "pass"), "Password In Prose",
+     r"(?<![\w./@:-])(?:pw|pass)[ \t]*[:=][ \t]*" + _NOTE_V, note_password),
+    # A login as "user / password": "staging login: deploy / PW".
+    (("login",), "Password In Prose",
+     r"\blog-?in\b[^\n:]{0,40}:[ \t]*[\w.@+-]{1,64}[ \t]+/[ \t]+" + _NOTE_V, note_password),
+    # A user named, then the password: "user deploy, pass PW", "username admin password PW".
+    (("user", "login"), "Password In Prose",
+     r"\b(?:user(?:name)?|login)(?:[ \t]*[:=][ \t]*|[ \t]+)[\w.@+-]{1,64}[ \t]*[,;/]?[ \t]*"
+     r"(?:and[ \t]+)?(?:pass(?:word|wd)?|pwd|pw)(?:[ \t]*[:=][ \t]*|[ \t]+)" + _NOTE_V,
+     note_password),
+    # The default of an environment lookup, when the variable names a secret
+    # (os.getenv("DB_PASSWORD", "PW")) or the lookup is assigned or passed to one
+    # (password=os.environ.get("X", "PW"), "token": process.env.T || "PW").
+    (("environ", "getenv", "env.fetch", "process.env"), "Environment Default Secret",
+     _ENV_DEFAULT.format(name=_SECRET_NAME), prose_secret),
+    (("environ", "getenv", "env.fetch", "process.env"), "Environment Default Secret",
+     r"(?<![\w.-])" + _SECRET_NAME + r"\\*['\"]?[ \t]*[=:][ \t]*"
+     + _ENV_DEFAULT.format(name=r"[\w.-]*"), prose_secret),
     # A value echoed into a login that reads it from stdin: docker/podman/buildah/helm
     # registry login --password-stdin, gh auth login --with-token, passwd --stdin.
     (("stdin", "token"), "Command Line Password",

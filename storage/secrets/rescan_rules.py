@@ -4,7 +4,8 @@
   to text this filter redacts (an encoded provider key).
 * :func:`concat_spans`: a key cut in two adjacent string literals (``"AKIA..." + "..."``,
   implicit concatenation, one line break at most), found by scanning the line with the
-  literals joined.
+  literals joined; a high-entropy value counts when a format or a keyword names it, also a
+  keyword inside the first literal (``"aws_secret_access_key = wJalr"\\n    "XUtn..."``).
 
 ``rescan`` is the filter itself (:func:`.pipeline.rescan`), passed in by the caller so that
 this module does not import the pipeline that imports it.
@@ -16,6 +17,7 @@ import re
 import string
 from collections.abc import Callable
 
+from .prefilter import HINT
 from .spans import Redaction, TextSpan
 from .text_scan import char_runs
 from .values import USER_PASSWORD, b64_text
@@ -87,6 +89,10 @@ _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "+/=_-")
 
 
 _ENTROPY_KINDS = frozenset({"Base64 High Entropy String", "Hex High Entropy String"})
+# A hint word assigned the value right before it, inside the literal: the keyword plugin
+# wants the value quoted on its own ("aws_secret_access_key = wJalr..." in one string is
+# found by the eager entropy search alone), but the name says what the value is.
+_NAMED_BEFORE = re.compile(r"(?i)(?:" + HINT + r")[\w.-]*['\"]?[ \t]*(?:=|:=?)[ \t]*['\"]?$")
 
 
 def concat_spans(text: str, rescan: Rescan) -> list[TextSpan]:
@@ -115,13 +121,15 @@ def concat_spans(text: str, rescan: Rescan) -> list[TextSpan]:
         head = text[line_start:ls + 1]
         view = head + left + right + text[re_:line_end]
         red = rescan(view)
-        if not set(red.kinds) - _ENTROPY_KINDS:
-            # Entropy alone is no reason here: two halves of an alphabet, a base64 test vector
-            # cut in two lines. A format (AWS, GitHub, ...) or a keyword must name it.
+        if not red.count:
             continue
         p = 0
         while p < min(len(view), len(red.text)) and view[p] == red.text[p]:
             p += 1
+        if not set(red.kinds) - _ENTROPY_KINDS and not _NAMED_BEFORE.search(view, 0, p):
+            # Entropy alone is no reason here: two halves of an alphabet, a base64 test vector
+            # cut in two lines. A format (AWS, GitHub, ...) or a keyword must name it.
+            continue
         q = 0
         while q < min(len(view), len(red.text)) - p and view[-1 - q] == red.text[-1 - q]:
             q += 1

@@ -108,6 +108,20 @@ def prose_secret(value: str) -> bool:
             and max(map(len, _LOWER_RUN.findall(value)), default=0) <= 4)
 
 
+_CODE_OP = re.compile(r"==|!=|<=|>=|->|=>")
+
+
+def note_password(value: str) -> bool:
+    """A short-form password in notes ("pw=PW", "(pass: PW)", "login: user / PW"): as in
+    prose (:func:`prose_secret`), and no comparison or arrow of code ("First pass:
+    decided_mask==0").
+
+    >>> [note_password(v) for v in ("Rt5!kd93Lq", "decided_mask==0", "None", "staging")]
+    [True, False, False, False]
+    """
+    return prose_secret(value) and _CODE_OP.search(value) is None
+
+
 def _classes(value: str) -> int:
     return (any(c.islower() for c in value) + any(c.isupper() for c in value)
             + any(c.isdigit() for c in value) + any(not c.isalnum() for c in value))
@@ -134,6 +148,19 @@ def lone_secret(value: str) -> bool:
     classes = (any(c.islower() for c in value) + any(c.isupper() for c in value)
                + has_digit + any(not c.isalnum() for c in value))
     return classes >= 3
+
+
+def aws_secret_key(value: str) -> bool:
+    """Does a 40-character run next to an AWS key id look like its secret key (random base64:
+    letters and digits, 4+ bits of entropy per character), not a hex digest or a long name?
+
+    >>> [aws_secret_key(v) for v in ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ...                               "0123456789abcdef0123456789abcdef01234567",
+    ...                               "ThisIsAVeryLongCamelCaseIdentifierNameXy")]
+    [True, False, False]
+    """
+    return (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+            and not all(c in "0123456789abcdefABCDEF" for c in value) and _entropy(value) >= 4.0)
 
 
 def _entropy(value: str) -> float:

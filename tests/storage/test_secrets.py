@@ -282,6 +282,10 @@ def test_fuzzed_fragments_prefilter_and_idempotence():
              ",", "{", "}", "(", "$", "${", "export ", "DB_PASSWORD=", "://u:p@h", "\n", "é",
              "🔑", "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "_id: "]
     frags += [v for _, v, _ in SECRETS.values()]
+    # the fourth break-it run's shapes: short password forms, environment defaults, AWS pairs
+    frags += ["pw=", "pass: ", "login: deploy / ", "user deploy, pass ", 'os.getenv("DB_PW", ',
+              'password=os.environ.get("X", ', "process.env.TOKEN || ", "Rt5!kd93Lq",
+              "AKIAIOSFODNN7REALKEY", " / ", "9dF3kL0pQ7rT2vX5zB8nM1cW4yH6jA0sE3gU7iO9"]
     for _ in range(300):
         text = "".join(rng.choice(frags + [rand(ALNUM + "+/=-_", rng.randint(5, 50))])
                        for _ in range(rng.randint(1, 20)))
@@ -630,6 +634,31 @@ PLANTED.update({
 })
 
 
+def _sym_pw() -> str:
+    """A short password with a symbol in it, as people type them ("Rt5!kd93Lq")."""
+    return f"{_r(2)}{_r(1, string.digits)}{_R21.choice('!#%*')}{_r(2, string.digits)}{_r(4)}"
+
+
+# -- a fourth break-it run: password forms in notes and code that were stored verbatim ------
+PLANTED.update({
+    "pw_equals": ("- pw={v}", _sym_pw()),
+    "pw_colon_yaml": ("  pw: {v}", _sym_pw()),
+    "pass_colon_paren": ("- ssh root@10.0.0.5 (pass: {v})", _sym_pw()),
+    "login_user_slash_pw": ("- staging login: deploy / {v}", _sym_pw()),
+    "user_comma_pass": ("Login for staging: user deploy, pass {v}", _sym_pw()),
+    "username_password_words": ("username admin password {v} for the panel", _sym_pw()),
+    "env_default_password_arg": ('redis.Redis(host="r", password=os.environ.get("X", "{v}"))',
+                                 "Fallback" + _sym_pw()),
+    "env_default_named_var": ('db = connect(os.getenv("DB_PASSWORD", "{v}"))', _sym_pw()),
+    "env_default_secret_key": ('app.config["SIGNING"] = os.environ.get("API_SECRET_KEY",'
+                               ' default="{v}")', _r(24)),
+    "env_default_js": ("const pw = process.env.DB_PASSWORD || '{v}';", _sym_pw()),
+    "env_default_js_key": ('  token: process.env.T ?? "{v}",', _sym_pw()),
+    "env_default_ruby": ('redis = Redis.new(password: ENV.fetch("REDIS_PASSWORD", "{v}"))',
+                         _sym_pw()),
+})
+
+
 @pytest.mark.parametrize("cls", PLANTED)
 def test_each_planted_class_is_redacted(cls):
     """Each class, alone in its setting: the value is gone, the rest of the text stays, the
@@ -714,7 +743,8 @@ def test_prose_headers_and_urls_without_a_value_are_left_alone(line):
 NEW_KINDS = {"Command Line Password", "Credential Assignment", "Secret After Hint",
              "DigitalOcean Token", "Vault Token", "Anthropic API Key", "HTTP Authorization Header",
              "HTTP API Key Header", "Password In Prose", "Azure SAS Signature",
-             "Presigned URL Signature", "Azure Connection String", "Webhook URL"}
+             "Presigned URL Signature", "Azure Connection String", "Webhook URL",
+             "Environment Default Secret", "AWS Secret Access Key"}
 
 
 def test_real_stdlib_modules_about_passwords_are_not_over_redacted():
@@ -996,6 +1026,38 @@ def test_m008_rescans_a_database_made_before_the_url_netrc_and_table_rules(tmp_p
         store.close()
     row = rows["m008_rescan_secrets_urls_tables"]
     assert (row["changed"], row["redactions"], row["failed"]) == (3, 3, 0)
+
+
+def test_m009_rescans_a_database_made_before_the_aws_pair_and_note_rules(tmp_path, target):
+    """A history written before the rules of a newcomer's break-it run (m009 unrecorded,
+    the values stored verbatim): an AWS secret key beside its redacted id, a `pw=` note, a
+    `login: USER / PW` line in a transcript. Opening it runs m009: the values are gone from
+    text and tokens, and its row in ``secret_rescans`` counts them."""
+    aws_key = "9dF3kL0p" + _r(32)
+    note_pw = "Rt5!" + _r(8) + "9"
+    login_pw = "Kj8#" + _r(8) + "2"
+    files = {"notes.md": f"# Ops\n\n- AWS creds: [REDACTED] / {aws_key}\n- pw={note_pw}\n",
+             "app.py": "def ok():\n    return 1\n"}
+    repo = make_repo(tmp_path / "repo", files).resolve()
+    session = tmp_path / "s.jsonl"
+    session.write_text(_claude_record(repo, "u1", [{"type": "text", "text": (
+        f"staging login: deploy / {login_pw}\n")}]) + "\n")
+    db = tmp_path / "old.db"
+    _old_database(db, repo, session, target, {"repo": files, "transcript": login_pw},
+                  migration="m009_rescan_secrets_pairs_notes")
+    with sqlite3.connect(db) as c:  # the old database really holds them
+        stored = "\n".join(t for (t,) in c.execute("select text from documents"))
+    assert aws_key in stored and note_pw in stored and login_pw in stored
+    texts, decoded = _stored(db, target)  # opening it ran m009
+    assert [v for v in (aws_key, note_pw, login_pw) if v in texts or v in decoded] == []
+    assert "- pw=[REDACTED]" in texts
+    store = HistoryStore(db)
+    try:
+        rows = {r["name"]: r for r in secret_rescans(store.db)}
+    finally:
+        store.close()
+    row = rows["m009_rescan_secrets_pairs_notes"]
+    assert (row["changed"], row["failed"]) == (2, 0) and row["redactions"] >= 3
 
 
 def test_migration_is_one_transaction_a_kill_midway_changes_nothing(tmp_path, target,
