@@ -4,17 +4,21 @@ Incremental: a file whose size and mtime match the stored document is not read; 
 file whose bytes hash to the stored content hash is not re-tokenized. Binary files
 (a NUL byte in the first 8 KiB, as git decides) and files over ``max_bytes`` are
 skipped and counted; non-UTF-8 text is decoded with replacement characters and
-counted; a file that vanishes or cannot be read mid-index is counted, not fatal.
+counted; a file that vanishes (``vanished``: deleted between the walk and the read) or
+cannot be read (``skipped_unreadable``) mid-index is counted, not fatal.
 A file is read through :func:`storage.walk.open_checked`: one swapped for a FIFO, a
 symbolic link or a path out of the repository since the walk listed it is refused and
 counted by reason (``IndexReport.refused``), never waited on or stored. A FIFO, socket
-or device the walk finds (not ignored) is counted there too (``NOT_REGULAR``), unread.
+or device the walk finds (not ignored) is counted there too (``NOT_REGULAR``), unread, as
+are a file whose read would block though stat() calls it regular (``WOULD_BLOCK``:
+/proc/kmsg) and a pseudo filesystem the walk does not enter (``PSEUDO_FS``: /proc, /sys).
 Secrets are redacted (:mod:`storage.secrets`) before the text is stored or tokenized.
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
 import hashlib
 import logging
 import os
@@ -48,10 +52,12 @@ class IndexReport:
     removed: int = 0
     skipped_binary: int = 0
     skipped_large: int = 0
-    skipped_unreadable: int = 0
+    skipped_unreadable: int = 0  # no permission, a non-UTF-8 name, an I/O error
+    vanished: int = 0  # listed by the walk, deleted (or moved away) before it was read
     decoded_with_replacement: int = 0
     redactions: int = 0  # secret values replaced before storing
-    # Files not read, by reason (storage.walk: NOT_REGULAR, SYMLINK, OUTSIDE) -> count.
+    # Files not read, by reason (storage.walk: NOT_REGULAR, SYMLINK, OUTSIDE, WOULD_BLOCK,
+    # and PSEUDO_FS for a directory not walked) -> count.
     refused: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -60,6 +66,17 @@ class IndexReport:
     def refuse(self, rel: str, reason: str) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + 1
         log.debug("refused %s: %s", rel, reason)  # the summary line is per reason
+
+    def not_found(self, rel: str, e: OSError) -> None:
+        """Count a file that could not be stat'ed or read: ``vanished`` when it is gone
+        (deleted or moved away since the walk listed it: no longer there to read, not a
+        fault), else ``skipped_unreadable``."""
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):  # ENOTDIR: a folder above it replaced
+            self.vanished += 1
+            log.debug("vanished %s: %s", rel, e.strerror)
+        else:
+            self.skipped_unreadable += 1
+            log.info("skipped %s: %s", rel, e.strerror)
 
     def log_refused(self) -> None:
         """One log line per refusal reason, with its count (never one per file)."""
@@ -115,6 +132,11 @@ class _CountingRules(IgnoreRules):
             if special and not self.ignored(rel, False):
                 self.report.refuse(rel, NOT_REGULAR)
 
+    def skipped(self, rel: str, reason: str) -> None:
+        """A directory the walk did not enter (a pseudo filesystem), counted by reason."""
+        if self.report is not None:
+            self.report.refuse(rel, reason)
+
 
 class RepoIndexer:
     """Keeps one repository's documents in the history current for one tokenizer.
@@ -123,11 +145,15 @@ class RepoIndexer:
     watcher reported (files or directories, created, changed, moved or deleted). Both
     tokenize a file only when its bytes changed, so a burst of events for one file
     (a ``git checkout``, an editor's write-temp-then-rename save) costs one tokenization.
+
+    ``log_refusals``: log each pass's files not read, one line per reason (the daemon's
+    only account of them); False where the caller prints the report itself (``assistd
+    index`` prints the same counts in its summary: once is enough).
     """
 
     def __init__(self, store: HistoryStore, root: Path, tokenize: Callable[[str], list[int]],
                  fingerprint: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 recursive: bool = True):
+                 recursive: bool = True, log_refusals: bool = True):
         self.store = store
         self.root = root.resolve()
         self.scope = str(self.root)
@@ -135,6 +161,7 @@ class RepoIndexer:
         self.fingerprint = fingerprint
         self.max_bytes = max_bytes
         self.recursive = recursive
+        self.log_refusals = log_refusals
         self.rules = _CountingRules(self.root)
 
     def scan(self, progress: Callable[[int, int], None] | None = None) -> IndexReport:
@@ -159,7 +186,8 @@ class RepoIndexer:
         report.removed = self.store.remove_documents(gone)
         report.documents = len(seen)
         self.store.mark_indexed(self.scope, self.recursive)
-        report.log_refused()
+        if self.log_refusals:
+            report.log_refused()
         return report
 
     def update(self, rel_paths) -> IndexReport:
@@ -217,7 +245,8 @@ class RepoIndexer:
         report.documents = self.store.db.execute(
             "select count(*) from documents where scope = ? and source_kind = 'repo'",
             [self.scope]).fetchone()[0]
-        report.log_refused()
+        if self.log_refusals:
+            report.log_refused()
         return report
 
     def _index_file(self, rel: str, full: Path, doc, tokenized: dict[int, str],
@@ -231,9 +260,8 @@ class RepoIndexer:
             return False
         try:
             st = full.lstat()  # never follows a link, never opens (a FIFO's open blocks)
-        except OSError as e:
-            report.skipped_unreadable += 1
-            log.info("skipped %s: %s", rel, e.strerror)
+        except OSError as e:  # deleted since the walk listed it, most likely
+            report.not_found(rel, e)
             return False
         if not stat.S_ISREG(st.st_mode):  # swapped since the walk listed it
             report.refuse(rel, SYMLINK if stat.S_ISLNK(st.st_mode) else NOT_REGULAR)
@@ -257,8 +285,7 @@ class RepoIndexer:
             report.refuse(rel, e.reason)
             return False
         except OSError as e:  # vanished or unreadable between walk and read
-            report.skipped_unreadable += 1
-            log.info("skipped %s: %s", rel, e.strerror)
+            report.not_found(rel, e)
             return False
         if len(data) > self.max_bytes:  # grew since the stat
             report.skipped_large += 1

@@ -11,13 +11,21 @@ re-included. Symbolic links are not followed (git stores them as links).
 A listing is only a hint: a file can be swapped between the walk and the read (for a
 FIFO, whose open would block forever, or a symbolic link out of the repository).
 :func:`open_checked` opens without blocking or following and then checks what it
-opened; the callers count each refusal by its reason.
+opened; the callers count each refusal by its reason. Its reads never block either:
+some files that stat() calls regular are not (``/proc/kmsg``, 0 bytes, waits for the
+next kernel message), and are refused (``WOULD_BLOCK``) at the read that would wait.
+
+Pseudo filesystems (procfs, sysfs, devtmpfs...: :data:`PSEUDO_FS_TYPES`) hold the
+kernel's state, not anyone's files: the walk does not descend into one (``/proc`` under
+``/``), nor walk a root on one (``assistd index /proc``), and says so through
+:meth:`IgnoreRules.skipped` (``PSEUDO_FS``). Other mounts are walked, as ripgrep does.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import io
 import os
 import stat
 import subprocess
@@ -41,11 +49,23 @@ IGNORE_FILES = (".gitignore", ".assistdignore")
 NOT_REGULAR = "not a regular file"   # a FIFO, socket, device or directory
 SYMLINK = "a symbolic link"          # where links are not followed (repository files)
 OUTSIDE = "outside the scope"        # it resolved outside the root it was listed under
+WOULD_BLOCK = "a special file whose read would block"  # 'regular' by stat(): /proc/kmsg
+PSEUDO_FS = "a pseudo filesystem (procfs, sysfs, devtmpfs...), not walked"  # a directory
+
+# Filesystems of the kernel's state (Linux names, as /proc/self/mountinfo gives them):
+# reading them is at best noise, at worst a wait (/proc/kmsg) or a side effect.
+# Not tmpfs: /tmp and /dev/shm hold real files.
+PSEUDO_FS_TYPES = frozenset({
+    "proc", "sysfs", "devtmpfs", "devpts", "debugfs", "tracefs", "securityfs", "cgroup",
+    "cgroup2", "pstore", "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs",
+    "selinuxfs", "autofs", "rpc_pipefs", "nsfs", "hugetlbfs",
+})
+MOUNTINFO = "/proc/self/mountinfo"
 
 
 class Refused(OSError):
     """:func:`open_checked` would not read this file; ``reason`` is one of NOT_REGULAR,
-    SYMLINK, OUTSIDE."""
+    SYMLINK, OUTSIDE, or WOULD_BLOCK (raised by a read)."""
 
     def __init__(self, path, reason: str):
         super().__init__(f"{path}: {reason}")
@@ -59,6 +79,38 @@ def _real_path(fd: int, path) -> str:
         return os.path.realpath(path)
 
 
+class _NonBlockingFile(io.FileIO):
+    """A file descriptor opened with ``O_NONBLOCK``, read without ever waiting: where the
+    OS would block (EAGAIN, which FileIO turns into None), :class:`Refused`
+    (``WOULD_BLOCK``) is raised instead, even after some bytes (/proc/kmsg gives the
+    messages already queued, then would wait). A file on a disk never blocks: Linux and
+    the BSDs ignore ``O_NONBLOCK`` for regular files of real filesystems."""
+
+    def __init__(self, fd: int, path):
+        super().__init__(fd, "rb")
+        self.path = path
+
+    def readinto(self, b):  # what BufferedReader calls
+        n = super().readinto(b)
+        if n is None:
+            raise Refused(self.path, WOULD_BLOCK)
+        return n
+
+    def read(self, size: int | None = -1):
+        if size is None or size < 0:
+            return self.readall()
+        data = super().read(size)
+        if data is None:
+            raise Refused(self.path, WOULD_BLOCK)
+        return data
+
+    def readall(self):  # FileIO's own returns what it had at EAGAIN, as if at the end
+        chunks = []
+        while chunk := self.read(io.DEFAULT_BUFFER_SIZE):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
 def open_checked(path, *, root: Path | None = None, follow: bool = False) -> BinaryIO:
     """``path`` opened for binary reading, after checking what was opened.
 
@@ -67,7 +119,9 @@ def open_checked(path, *, root: Path | None = None, follow: bool = False) -> Bin
     (``O_NOFOLLOW``). Refused (:class:`Refused`, an OSError): anything but a regular
     file, a link when not following, and with ``root`` (a resolved directory) a file
     whose real path is outside it (a directory on the way swapped for a link).
-    Other OSErrors (vanished, no permission) pass through.
+    Reads never block either: the descriptor stays non-blocking, and a read that would
+    wait (a special file stat() calls regular, as /proc/kmsg) raises Refused
+    (``WOULD_BLOCK``). Other OSErrors (vanished, no permission) pass through.
     """
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     if not follow:
@@ -85,11 +139,69 @@ def open_checked(path, *, root: Path | None = None, follow: bool = False) -> Bin
             real, top = _real_path(fd, path), str(root)
             if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
                 raise Refused(path, OUTSIDE)
-        os.set_blocking(fd, True)  # a regular file: plain blocking reads from here
-        return os.fdopen(fd, "rb")
+        # Non-blocking still: a pseudo file's read must fail, not wait (_NonBlockingFile).
+        return io.BufferedReader(_NonBlockingFile(fd, path))
     except BaseException:
         os.close(fd)
         raise
+
+
+def _read_mount_types() -> dict[int, str]:
+    """Device (``st_dev``) -> filesystem type of every mount, from /proc/self/mountinfo
+    (Linux); empty where there is none (macOS, a system without /proc mounted).
+
+    >>> types = _read_mount_types()
+    >>> not types or types.get(os.stat(MOUNTINFO).st_dev) == "proc"
+    True
+    """
+    types = {}
+    try:  # the kernel's own table: a small file that never blocks
+        with open(MOUNTINFO, "rb") as f:
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return types
+    for line in lines:  # "36 35 0:22 / /proc rw,nosuid - proc proc rw"
+        fields = line.split()
+        try:
+            major, minor = fields[2].split(":")
+            kind = fields[fields.index("-", 6) + 1]
+            types[os.makedev(int(major), int(minor))] = kind
+        except (ValueError, IndexError):
+            continue
+    return types
+
+
+_MOUNT_TYPES: dict[int, str | None] = {}  # st_dev -> filesystem type, None: not a mount
+
+
+def mount_type(dev: int) -> str | None:
+    """The filesystem type of device ``dev`` (an ``st_dev``), None if it is not in the
+    mount table. Remembered: the table is read again only for a device not seen yet."""
+    if dev not in _MOUNT_TYPES:
+        _MOUNT_TYPES.update(_read_mount_types())  # mounts change: a new device, a new read
+        _MOUNT_TYPES.setdefault(dev, None)
+    return _MOUNT_TYPES[dev]
+
+
+def pseudo_filesystem(path, parent_dev: int | None = None) -> str | None:
+    """The type of the pseudo filesystem (:data:`PSEUDO_FS_TYPES`) the directory ``path``
+    is on, else None (also when it cannot be stat'ed: the walk then finds that itself).
+
+    With ``parent_dev``, the ``st_dev`` of the directory above, a directory on that same
+    device is not looked up: only a mount point can start another filesystem (one lstat
+    per directory; the mount table is read for devices only).
+
+    >>> pseudo_filesystem("/proc") in (None, "proc")  # None: no procfs mounted there
+    True
+    """
+    try:
+        dev = os.lstat(path).st_dev
+    except OSError:
+        return None
+    if dev == parent_dev:
+        return None
+    kind = mount_type(dev)
+    return kind if kind in PSEUDO_FS_TYPES else None
 
 
 @functools.cache
@@ -129,6 +241,10 @@ class IgnoreRules:
                 base.append(spec)
         self._base = base
         self.load_dir("")
+
+    def skipped(self, rel: str, reason: str) -> None:
+        """The walk passed over ``rel`` unread for ``reason`` (``PSEUDO_FS``): nothing
+        here; a subclass that counts (the indexer's) records it."""
 
     def load_dir(self, rel_dir: str) -> None:
         """(Re)read the ignore files of one directory (relative POSIX path)."""
@@ -173,22 +289,22 @@ def iter_files(root: Path, recursive: bool = True, rules: IgnoreRules | None = N
 
     With ``recursive=False`` only the files directly in ``root`` are yielded; with
     ``under`` (a relative directory, e.g. one a watcher saw moved in) only that subtree.
+    A pseudo filesystem (``/proc``...) is not walked, at the start or below it; each one
+    passed over is told to ``rules.skipped`` (``PSEUDO_FS``).
     """
     rules = rules if rules is not None else IgnoreRules(root)
     start = root / under if under else root
     if under and rules.excluded(under, True):
+        return
+    if pseudo_filesystem(start) is not None:  # `assistd index /proc`: nothing to read there
+        rules.skipped(under or ".", PSEUDO_FS)
         return
     for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
         if rel_dir:
             rules.load_dir(rel_dir)
-        keep = []
-        for name in sorted(dirnames):
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            if not os.path.islink(os.path.join(dirpath, name)) and not rules.ignored(rel, True):
-                keep.append(name)
-        dirnames[:] = keep if recursive else []
+        dirnames[:] = _subdirs(rules, dirpath, rel_dir, sorted(dirnames)) if recursive else []
         for name in sorted(filenames):
             rel = f"{rel_dir}/{name}" if rel_dir else name
             full = Path(dirpath) / name
@@ -200,3 +316,24 @@ def iter_files(root: Path, recursive: bool = True, rules: IgnoreRules | None = N
             if not stat.S_ISREG(mode) or rules.ignored(rel, False):
                 continue
             yield rel, full
+
+
+def _subdirs(rules: IgnoreRules, dirpath: str, rel_dir: str, names: list[str]) -> list[str]:
+    """Of the directories ``names`` in ``dirpath`` (``rel_dir`` from the root), those to
+    descend into: not a link, not ignored, not a pseudo filesystem mounted there (told to
+    ``rules.skipped``)."""
+    try:
+        dev = os.lstat(dirpath).st_dev
+    except OSError:  # vanished: os.walk finds nothing below it either
+        dev = None
+    keep = []
+    for name in names:
+        rel = f"{rel_dir}/{name}" if rel_dir else name
+        full = os.path.join(dirpath, name)
+        if os.path.islink(full) or rules.ignored(rel, True):
+            continue
+        if pseudo_filesystem(full, dev) is not None:
+            rules.skipped(rel, PSEUDO_FS)
+            continue
+        keep.append(name)
+    return keep

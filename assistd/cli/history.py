@@ -20,7 +20,7 @@ def _repo_line(report) -> str:
         f" tokenized {report.tokenized}"
         f" ({report.tokens} tokens), unchanged {report.unchanged}, removed {report.removed};"
         f" skipped {report.skipped_binary} binary, {report.skipped_large} large,"
-        f" {report.skipped_unreadable} unreadable;"
+        f" {report.skipped_unreadable} unreadable, {report.vanished} vanished;"
         f" {report.decoded_with_replacement} decoded with replacement;"
         f" {report.redactions} secrets redacted"
     ) + _refused_lines(report.scope, report.refused)
@@ -125,6 +125,8 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
 
     watcher = HistoryWatcher(store, target.tokenize, target.fingerprint, repos=repos,
                              transcripts=locations, max_bytes=max_bytes)
+    for ix in watcher.indexers:  # show() prints what was not read: not logged as well
+        ix.log_refusals = False
     protect = [str(r.resolve()) for r in repos]
     started_utc = time.time()  # what this run stores is never evicted by this run
     if watch:
@@ -142,7 +144,7 @@ def index(path, transcripts, agent_transcripts, watch, db, model, backend, max_b
 
     def on_batch(batch):
         if batch.tokenized or batch.transcripts.records_removed or any(
-                r.removed for r in batch.repos):
+                r.removed or r.refused for r in batch.repos):
             show(batch.repos, batch.transcripts,
                  enforce_budget(store, budget, protect, batch.started_utc))
 

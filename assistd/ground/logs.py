@@ -47,7 +47,8 @@ class RateLimitFilter(logging.Filter):
     Beyond that, at most ``per_s`` records a second pass (bursts of ``burst``), whatever
     their keys: text formatted before logging makes every record a new key. Those
     dropped are told on the next record that passes. :meth:`pending` tells what is
-    counted but not yet reported (say it at exit).
+    counted but not yet reported, :meth:`log_pending` says it (at exit), each message as
+    its last dropped record formatted it, never its bare template.
 
     Put one instance on every handler: the decision is made once per record (kept on
     the record), so the handlers agree. At most ``max_keys`` keys are remembered, the
@@ -58,7 +59,8 @@ class RateLimitFilter(logging.Filter):
         super().__init__()
         self._clock = clock  # seconds; a test's own clock
         self.window_s, self.max_keys, self.per_s, self.burst = window_s, max_keys, per_s, burst
-        self._seen: dict[tuple, list] = {}  # key -> [window start (monotonic), dropped]
+        # key -> [window start (monotonic), dropped, last dropped message formatted]
+        self._seen: dict[tuple, list] = {}
         self._tokens, self._refilled = burst, clock()
         self._over = 0  # dropped by the overall rate since the last record that passed
         self._lock = threading.Lock()
@@ -82,11 +84,11 @@ class RateLimitFilter(logging.Filter):
             entry = self._seen.pop(key, None)
             passed = False
             if entry is not None and now - entry[0] < self.window_s:
-                entry[1] += 1
+                _count_dropped(entry, record, text)
             elif self._tokens < 1:
                 self._over += 1
                 if entry is not None:
-                    entry[1] += 1
+                    _count_dropped(entry, record, text)
             else:
                 self._tokens -= 1
                 notes = []
@@ -99,7 +101,7 @@ class RateLimitFilter(logging.Filter):
                     self._over = 0
                 if notes:
                     record.msg = f"{record.msg} [{'; '.join(notes)}]"
-                entry = [now, 0]
+                entry = [now, 0, None]
                 passed = True
             if entry is None:  # dropped by the overall rate before it was ever logged
                 pass
@@ -110,8 +112,28 @@ class RateLimitFilter(logging.Filter):
         record._assistd_rate_limit = passed
         return passed
 
-    def pending(self) -> list[tuple[str, str, int]]:
+    def pending(self, formatted: bool = False) -> list[tuple[str, str, int]]:
         """``(logger, message template or text, dropped)`` for every key with dropped
-        records not yet reported."""
+        records not yet reported; ``formatted``: the message as the last of them was
+        formatted (a warning's key is its template, ``'%s: %d file(s) not read: %s'``)."""
         with self._lock:
-            return [(k[0], k[2], e[1]) for k, e in self._seen.items() if e[1]]
+            return [(k[0], (e[2] or k[2]) if formatted else k[2], e[1])
+                    for k, e in self._seen.items() if e[1]]
+
+    def log_pending(self, logger: logging.Logger) -> None:
+        """Say on ``logger`` (INFO) what was dropped and not yet reported, one line per
+        message, formatted: what a process says as it stops."""
+        for name, text, n in self.pending(formatted=True):
+            logger.info("%s: %r was repeated %d more times, not logged", name, text, n)
+
+
+def _count_dropped(entry: list, record: logging.LogRecord, key_text: str) -> None:
+    """One more record of ``entry``'s key dropped; keep its message, formatted (a key's
+    text is a warning's bare template), for :meth:`RateLimitFilter.pending`."""
+    entry[1] += 1
+    if record.levelno < logging.WARNING:
+        return  # an INFO key is its formatted text already
+    try:
+        entry[2] = record.getMessage()
+    except (TypeError, ValueError):  # bad arguments: the template says what it was
+        entry[2] = key_text

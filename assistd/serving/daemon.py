@@ -504,8 +504,7 @@ def serve(config: Config, *, lsp_host=None) -> None:
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(sock_path.lstat().st_mode):
                 sock_path.unlink()
-        for name, msg, n in LOG_LIMIT.pending():
-            log.info("%s: %r was repeated %d more times, not logged", name, msg, n)
+        LOG_LIMIT.log_pending(log)  # formatted, never a bare template
         log.info("stopped")
 
 

@@ -107,3 +107,77 @@ def test_a_line_nested_too_deep_is_counted_once(store, tmp_path):
     row = store.db.execute("select skipped_malformed from transcripts where path = ?",
                            [str(path)]).fetchone()
     assert row[0] == 2  # the stored counter agrees
+
+
+def test_a_file_deleted_during_a_scan_is_counted_as_vanished_not_unreadable(store, tmp_path):
+    """Files listed by the walk and deleted before they are read (a tester deleted files
+    while `assistd index` ran and saw them as "unreadable") are counted as vanished, and
+    the summary line says so."""
+    from assistd.cli.history import _repo_line
+
+    repo = make_repo(tmp_path / "r", {"a.py": "x = 1\n", "b.py": "y = 2\n", "c.py": "z = 3\n"})
+
+    def delete_the_rest(done, total):
+        if done == 1:  # after a.py: b.py and c.py were listed, now gone
+            (repo / "b.py").unlink()
+            (repo / "c.py").unlink()
+
+    report = RepoIndexer(store, repo, tok, FP).scan(delete_the_rest)
+    assert (report.vanished, report.skipped_unreadable) == (2, 0)
+    assert report.documents == 1
+    assert "0 unreadable, 2 vanished;" in _repo_line(report)
+
+
+def test_assistd_index_says_what_it_did_not_read_once(tmp_path):
+    """`assistd index` (real CLI, real model) on a repository holding FIFOs: the line that
+    counts them is printed once (it was printed by the summary and logged to stderr)."""
+    import subprocess
+    import sys
+
+    repo = make_repo(tmp_path / "r", {"a.py": "x = 1\n"})
+    os.mkfifo(repo / "p1")
+    os.mkfifo(repo / "p2")
+    env = dict(os.environ, ASSISTD_DB=str(tmp_path / "cli.db"))
+    proc = subprocess.run([sys.executable, "-m", "assistd", "index", str(repo)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert out.count(NOT_REGULAR) == 1, out
+    assert f"{repo.resolve()}: 2 not read: {NOT_REGULAR}" in proc.stdout
+
+
+def test_a_repeated_refusal_warning_is_told_formatted_at_exit(tmp_path):
+    """The daemon's rate limit keys a warning by its template; what it says at exit of
+    the repeats it held back is the message as logged ('/r: 2 file(s) not read: ...'),
+    never the template ('%s: %d file(s) not read: %s')."""
+    import logging
+
+    from assistd.ground.logs import RateLimitFilter
+
+    limit = RateLimitFilter(window_s=3600)
+    repo = make_repo(tmp_path / "r", {"a.py": "x = 1\n"})
+    os.mkfifo(repo / "p1")
+    os.mkfifo(repo / "p2")
+    indexer_log = logging.getLogger("storage.indexer")
+    handler = logging.FileHandler(tmp_path / "daemon.log")
+    handler.addFilter(limit)
+    indexer_log.addHandler(handler)
+    told = logging.getLogger("assistd.test.exit")
+    told.propagate = False
+    told.setLevel(logging.INFO)
+    told.addHandler(handler)
+    try:
+        from storage.store import HistoryStore
+        store = HistoryStore(tmp_path / "h.db")
+        for _ in range(2):  # a rescan: the same warning again, held back
+            index_repository(store, repo, tok, FP)
+        store.close()
+        limit.log_pending(told)
+    finally:
+        indexer_log.removeHandler(handler)
+        told.removeHandler(handler)
+        handler.close()
+    lines = (tmp_path / "daemon.log").read_text().splitlines()
+    message = f"{repo.resolve()}: 2 file(s) not read: {NOT_REGULAR}"
+    assert lines == [message,
+                     f"storage.indexer: {message!r} was repeated 1 more times, not logged"]

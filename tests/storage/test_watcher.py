@@ -163,7 +163,7 @@ def test_binary_and_huge_files_are_skipped_live(watched):
 
 def test_file_vanishing_mid_scan_is_counted_not_fatal(tmp_path):
     """A file listed by the scan but deleted before it is read (here: deleted by the
-    tokenizer while it handles the file before it) is counted as unreadable."""
+    tokenizer while it handles the file before it) is counted as vanished, not unreadable."""
     root = make_repo(tmp_path / "repo", {"a.py": "a = 1\n", "b.py": "b = 2\n"})
     store = HistoryStore(tmp_path / "h.db")
 
@@ -174,7 +174,7 @@ def test_file_vanishing_mid_scan_is_counted_not_fatal(tmp_path):
 
     w = HistoryWatcher(store, tokenize, FP, repos=[root])
     (reports, _) = w.scan()
-    assert reports[0].skipped_unreadable == 1
+    assert (reports[0].vanished, reports[0].skipped_unreadable) == (1, 0)
     assert set(store.documents(str(root.resolve()))) == {"a.py"}
     store.close()
 
