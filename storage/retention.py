@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from assistd.ground.errors import InputError
 from storage.store import HistoryStore
 
 DEFAULT_MAX_BYTES = 2 << 30  # 2 GiB of text + tokens
@@ -137,17 +138,29 @@ def sources(store: HistoryStore) -> list[dict]:
 
 def forget(store: HistoryStore, target: str) -> dict:
     """Forget a scope (repository root), a transcript file, or a file or folder inside a
-    scope. ``target`` is a path (made absolute) or a scope name as listed by ``sources``.
+    scope. ``target`` is a path (made absolute) or a scope name as listed by ``sources``;
+    an empty or blank one raises :class:`InputError` (it names nothing the user can see,
+    yet matched the ledger rows of completions made outside any repository).
 
-    Returns ``{"target", "documents", "transcripts", "ledger_rows", "suggestions"}``;
-    documents == 0 means nothing matched.
+    A forgotten transcript file stays forgotten: what is appended to it later is not
+    stored either, until it is rewritten (:meth:`HistoryStore.mark_transcript_forgotten`).
+    Afterwards the WAL is checkpointed and cut to 0 bytes (:meth:`HistoryStore.checkpoint`),
+    so the deleted text, overwritten in the pages (``secure_delete``), has no older copy
+    left in ``history.db`` or ``history.db-wal`` though the daemon holds them open.
+
+    Returns ``{"target", "documents", "transcripts", "ledger_rows", "suggestions",
+    "checkpointed"}``; documents == 0 means nothing matched; checkpointed False: another
+    connection held the WAL past the busy timeout (30 s) and old copies may remain.
     """
+    if not target.strip():
+        raise InputError("history forget needs a repository, a transcript file, or a file or"
+                         " folder of a repository; an empty name names none; see"
+                         " `assistd history sources`")
     absolute = os.path.abspath(os.path.expanduser(target))
     with store.transaction() as c:
         n_transcripts = 0
         for name in {target, absolute}:
-            n_transcripts += c.execute("select count(*) from transcripts where path = ?",
-                                       [name]).fetchone()[0]
+            n_transcripts += store.mark_transcript_forgotten(name)
         ids = [r[0] for r in c.execute(
             "select id from documents where scope in (?, ?) or source in (?, ?)",
             [target, absolute, target, absolute]).fetchall()]
@@ -163,7 +176,8 @@ def forget(store: HistoryStore, target: str) -> dict:
         ids = sorted(set(ids))
         store.remove_documents(ids)
         # Forgotten transcripts stay forgotten: the tailing offset is kept, so the
-        # records already read do not come back (a rewritten file is read anew).
+        # records already read do not come back, and the mark set above keeps out what
+        # is appended later (a rewritten file is read anew).
         c.execute("delete from scopes where root in (?, ?)", [target, absolute])
         # The tuner's counters name the scope (its path, its languages): forgotten too.
         n_ledger = c.execute("delete from ledger where scope in (?, ?)",
@@ -171,8 +185,10 @@ def forget(store: HistoryStore, target: str) -> dict:
         # So do the editor's suggestion events there (paths and outcomes).
         n_suggestions = c.execute("delete from suggestions where scope in (?, ?)",
                                   [target, absolute]).rowcount
+    checkpointed = store.checkpoint()  # after the commit: a checkpoint cannot run inside one
     return {"target": target, "documents": len(ids), "transcripts": n_transcripts,
-            "ledger_rows": n_ledger, "suggestions": n_suggestions}
+            "ledger_rows": n_ledger, "suggestions": n_suggestions,
+            "checkpointed": checkpointed}
 
 
 def _like_prefix(s: str) -> str:

@@ -7,6 +7,7 @@ version of a document, never half of each.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -22,6 +23,20 @@ from assistd.ground.errors import HistoryError
 from storage.migrations import check_current, migrate
 
 TOKEN_DTYPE = np.dtype("<u4")
+# The key of a ``transcripts`` row's ``state`` JSON that marks the file forgotten (the
+# time, s since epoch); see :meth:`HistoryStore.mark_transcript_forgotten`.
+FORGOTTEN_KEY = "assistd_forgotten_utc"
+
+
+def _with_forgotten(state: str | None, forgotten_utc: float) -> str:
+    """A transcript row's ``state`` JSON with the forgotten mark set."""
+    try:
+        d = json.loads(state or "{}")
+    except ValueError:
+        d = {}
+    if not isinstance(d, dict):
+        d = {}
+    return json.dumps({**d, FORGOTTEN_KEY: forgotten_utc})
 
 
 def _create_private(path: Path) -> None:
@@ -120,6 +135,15 @@ class HistoryStore:
 
     def close(self) -> None:
         self.db.conn.close()
+
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the database file and cut the WAL to 0 bytes (``PRAGMA
+        wal_checkpoint(TRUNCATE)``), so the old versions of pages a delete overwrote
+        (``secure_delete``) are in neither file while other connections (the daemon's)
+        keep it open. Waits up to the busy timeout (30 s) for their reads and writes;
+        returns False when one still held the WAL then (it is left as it was)."""
+        busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy
 
     @contextmanager
     def _write(self):
@@ -239,16 +263,21 @@ class HistoryStore:
         ordinal: int | None = None,
         record_kind: str | None = None,
         redactions: int = 0,
-    ) -> int:
+    ) -> int | None:
         """Insert or replace a document and its tokenization atomically; return its id.
 
         ``text`` must already be redacted (see :mod:`storage.secrets`); ``redactions``
         counts the secret values replaced in it. Transcript records also give the
         transcript file (``source``), their ``record_key``, ``ordinal`` and ``record_kind``.
+        A record of a transcript ``history forget`` forgot is not stored (returns None):
+        what the agent appends to it later stays out too, until the file is rewritten.
         """
         now = time.time()
         blob = encode_tokens(token_ids)
         with self._write() as c:  # one transaction: text and tokens change together
+            if source_kind == "transcript" and source is not None \
+                    and self._forgotten_utc(c, source) is not None:
+                return None
             row = c.execute(
                 "select id from documents where scope = ? and source_kind = ? and path = ?",
                 [scope, source_kind, path],
@@ -389,8 +418,13 @@ class HistoryStore:
 
     def save_transcript_state(self, row: dict) -> None:
         """Insert or replace a ``transcripts`` row; call inside the transaction that
-        stored the records read up to ``row["offset"]``, so both commit together."""
+        stored the records read up to ``row["offset"]``, so both commit together.
+        A forgotten file's mark is kept (:meth:`mark_transcript_forgotten`): only
+        :meth:`forget_transcript` (the file was rewritten) drops it."""
         with self._write() as c:
+            forgotten = self._forgotten_utc(c, row["path"])
+            if forgotten is not None:
+                row = {**row, "state": _with_forgotten(row.get("state"), forgotten)}
             cols = list(row)
             c.execute(
                 f"insert or replace into transcripts ({', '.join(cols)})"
@@ -406,8 +440,37 @@ class HistoryStore:
         ).fetchall()
         return {k: (i, o, s) for k, i, o, s in rows}
 
+    def mark_transcript_forgotten(self, path: str) -> bool:
+        """Mark a transcript file forgotten (``history forget``): its tailing row stays,
+        so the records already read do not come back, and no record of it is stored
+        again (:meth:`put_document`) while the file is appended to or, for whole-JSON
+        formats, saved again (a save repeats the forgotten messages). Its ingester
+        drops the row, and the mark with it, when the file is rewritten (truncated,
+        replaced by another inode, its head changed). Returns whether a row was marked."""
+        with self._write() as c:
+            row = c.execute("select state from transcripts where path = ?", [path]).fetchone()
+            if row is None:
+                return False
+            c.execute("update transcripts set state = ? where path = ?",
+                      [_with_forgotten(row[0], time.time()), path])
+        return True
+
+    def transcript_forgotten(self, path: str) -> bool:
+        """Whether ``history forget`` forgot this transcript file since it was last rewritten."""
+        return self._forgotten_utc(self.db.conn, path) is not None
+
+    @staticmethod
+    def _forgotten_utc(c, path: str) -> float | None:
+        """When the transcript file ``path`` was forgotten (s since epoch), or None. The
+        mark is a key of the row's ``state`` JSON (parsers restore only their own keys),
+        so the schema is unchanged."""
+        row = c.execute("select json_extract(state, '$.' || ?) from transcripts"
+                        " where path = ? and json_valid(state)", [FORGOTTEN_KEY, path]).fetchone()
+        return None if row is None else row[0]
+
     def forget_transcript(self, source: str) -> int:
-        """Drop every record of a transcript file and its tailing state; return records dropped."""
+        """Drop every record of a transcript file and its tailing state (a forgotten
+        file's mark too: it was rewritten); return records dropped."""
         with self._write() as c:
             ids = [r[0] for r in c.execute(
                 "select id from documents where source = ? and source_kind = 'transcript'",

@@ -241,8 +241,10 @@ def history_sources(db, as_json):
 def history_forget(source, db, as_json):
     """Delete a scope, a transcript file, or a file or folder of a scope from the history.
 
-    The text and tokens are overwritten in the database file (secure delete).
-    A repository indexed again, or a transcript rewritten, comes back.
+    The text and tokens are overwritten in the database file and its WAL (secure
+    delete, then a checkpoint), also while the daemon has them open. A repository
+    indexed again comes back; a forgotten transcript stays forgotten, what the agent
+    appends to it too, unless the file is rewritten.
 
     \b
     Example:
@@ -250,10 +252,16 @@ def history_forget(source, db, as_json):
     """
     from storage.retention import forget
 
-    out = forget(_history_store(db), source)
-    if out["documents"] == 0 and not out["ledger_rows"] and not out["suggestions"]:
+    store = _history_store(db)
+    out = forget(store, source)
+    if out["documents"] == 0 and not out["transcripts"] and not out["ledger_rows"] \
+            and not out["suggestions"]:
         raise InputError(f"nothing in the history matches {source!r};"
                          " see `assistd history sources`")
+    if not out["checkpointed"]:
+        click.echo("warning: another process held the history database for 30 s, so older"
+                   f" copies of the forgotten text may remain in {store.path} or its -wal"
+                   " until it lets go; run `assistd history vacuum` then", err=True)
     emit(out, as_json,
          f"forgot {out['documents']} documents from {source}"
          + (f", {out['ledger_rows']} tuner ledger rows" if out["ledger_rows"] else "")

@@ -223,7 +223,8 @@ def test_forget_scope_removes_its_documents_and_tokens_and_logs_deletes(tmp_path
     seq = rows(db, "select max(seq) from changes")[0][0]
 
     out = assistd_json("history", "forget", repo, db=db)
-    assert out == {"target": str(repo), "documents": 8, "transcripts": 0, "ledger_rows": 0, "suggestions": 0}
+    assert out == {"target": str(repo), "documents": 8, "transcripts": 0, "ledger_rows": 0,
+                   "suggestions": 0, "checkpointed": True}
 
     assert rows(db, "select count(*) from documents") == [(0,)]
     assert rows(db, "select count(*) from tokenizations") == [(0,)]
@@ -251,7 +252,7 @@ def test_forget_a_file_then_a_folder_inside_a_scope_removes_only_them(tmp_path):
     a_id = rows(db, "select id from documents where path = 'a.py'")[0][0]
     out = assistd_json("history", "forget", repo / "a.py", db=db)
     assert out == {"target": str(repo / "a.py"), "documents": 1, "transcripts": 0,
-                   "ledger_rows": 0, "suggestions": 0}
+                   "ledger_rows": 0, "suggestions": 0, "checkpointed": True}
     assert repo_paths() == {"README.md", "sub/b.py"}
     assert rows(db, "select count(*) from tokenizations where document_id = ?", [a_id]) == [(0,)]
     assert rows(db, "select op from changes where document_id = ? order by seq desc limit 1",
@@ -277,7 +278,7 @@ def test_forget_a_transcript_file_removes_its_records_only(tmp_path):
 
     out = assistd_json("history", "forget", claude, db=db)
     assert out == {"target": str(claude), "documents": 3, "transcripts": 1,
-                   "ledger_rows": 0, "suggestions": 0}
+                   "ledger_rows": 0, "suggestions": 0, "checkpointed": True}
     assert rows(db, "select count(*) from documents where source = ?", [str(claude)]) == [(0,)]
     assert rows(db, f"select count(*) from tokenizations where document_id in"
                     f" ({','.join('?' * len(ids))})", ids) == [(0,)]
