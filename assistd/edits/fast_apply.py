@@ -35,12 +35,14 @@ from assistd.ground.languages import language_id
 from assistd.ground.paths import is_dir, user_path
 from storage.indexer import DEFAULT_MAX_BYTES, is_binary
 from storage.secrets import redact
-from storage.walk import NOT_REGULAR, OUTSIDE, SYMLINK, IgnoreRules, Refused, open_checked
+from storage.walk import (NOT_REGULAR, OUTSIDE, SYMLINK, WOULD_BLOCK, IgnoreRules, Refused,
+                          open_checked)
 
 _REFUSED = {
     SYMLINK: "is a symbolic link; pass the path of the file it points to",
     NOT_REGULAR: "is not a regular file (a directory, FIFO, socket or device)",
     OUTSIDE: "resolves outside the scope",
+    WOULD_BLOCK: "is a special file whose read would wait (/proc/kmsg, say), not a text file",
 }
 
 

@@ -380,3 +380,16 @@ def test_a_merge_that_drops_code_the_snippet_elides_is_warned_about():
     bad = merge_warnings(orig, snip, "def add(a, b):\n    return a + b + 0\n", "python")
     assert any("code lines of the original are gone" in w for w in bad), bad
     assert merge_warnings(orig, snip, orig.replace("a + b\n", "a + b + 0\n"), "python") == []
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0
+                    or not os.path.exists("/proc/kmsg"),
+                    reason="/proc/kmsg is readable by root on Linux only")
+def test_a_file_whose_read_would_wait_is_refused_in_words():
+    """/proc/kmsg is 'regular' by stat and its read waits for the next kernel message:
+    refused at the read (storage.walk, WOULD_BLOCK), said in words ("it a special file..."
+    before), never a hang."""
+    with pytest.raises(InputError, match=r"^kmsg: refused: it is a special file whose read"
+                                         r" would wait"):
+        apply_edit("/proc/kmsg", "<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n",
+                   scope="/proc")
