@@ -278,11 +278,23 @@ def generate(
     if text is None:
         text = target.detokenize(out[:-1] if stop_reason == "eos" else out, prev=prompt)
         if stop_reason in ("max_tokens", "n_ctx", "cancelled"):
-            # Cut off mid-character: the bytes of an unfinished character decode as
-            # U+FFFD, which an editor would insert. Hold them back.
-            text = text.rstrip("\ufffd")
+            text = _hold_unfinished(target, out, text)
     return Generation(tokens=out, text=text, stop_reason=stop_reason, ledger=ledger,
                       top2_gaps=gaps, speculation_off=off, shapes=shapes)
+
+
+def _hold_unfinished(target: Target, out: list[int], text: str) -> str:
+    """``text`` (of ``out``) less a character cut off mid-way: its bytes decode as U+FFFD,
+    which an editor would insert, so trailing U+FFFD are held back, unless the last
+    token is itself a whole U+FFFD the model wrote (its text tokenizes back to it: a
+    byte token of an unfinished character does not). Only what ends in U+FFFD pays
+    the one tokenize."""
+    if not text.endswith("\ufffd") or not out:
+        return text
+    last = target.detokenize(out[-1:])
+    if last.endswith("\ufffd") and target.tokenize(last) == out[-1:]:
+        return text  # a written U+FFFD (SmolLM2 repeats it after one in the prompt)
+    return text.rstrip("\ufffd")
 
 
 def fit_draft(d: Draft, *, depth: int, nodes: int, leaves: int | None) -> Draft:

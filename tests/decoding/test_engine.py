@@ -343,6 +343,17 @@ def test_completion_cut_mid_character_holds_back_the_partial_bytes(target, max_t
     assert g.stop_reason == "max_tokens" and not g.text.endswith("\ufffd")
 
 
+def test_a_replacement_character_the_model_writes_is_kept(target):
+    """After `x\ufffdy` SmolLM2 writes U+FFFD, one whole token (24211 here) at a time: a
+    newcomer's completion came back "" with 8 tokens, every U+FFFD held back as if cut
+    mid-character. The text is the tokens' text; a cut character (above) is still held."""
+    ids = target.tokenize("x\ufffdy")
+    g = generate(target, ids, None, max_tokens=8)
+    assert g.stop_reason == "max_tokens" and g.tokens
+    assert target.tokenize("\ufffd") == g.tokens[-1:]  # the model's real output here
+    assert g.text == target.detokenize(g.tokens, prev=ids) and g.text.endswith("\ufffd")
+
+
 def test_tokenize_matches_llama_cpp_python_beyond_the_training_context(target):
     """Our llama_tokenize call (one buffer of len(bytes)+1) gives llama-cpp-python's ids,
     for an empty text, multi-byte characters, and a text longer than the 8,192-token
