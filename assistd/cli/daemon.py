@@ -141,6 +141,8 @@ def _print_status(st: dict, path) -> None:
                f" editor sessions {st.get('lsp_sessions', 0)}")
     click.echo(f"running: {', '.join(st['jobs_running']) or 'idle'}; queued: {len(st['jobs_queued'])};"
                f" preemptions {st['scheduler']['preemptions']}")
+    if st.get("db"):
+        click.echo(f"history: {st['db']}")
     w = st.get("watcher") or {}
     click.echo(f"watcher: {w.get('state', 'n/a')}, {w.get('batches', 0)} batches"
                + (f", {w['restarts']} restarts" if w.get("restarts") else "")

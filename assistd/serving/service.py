@@ -268,6 +268,8 @@ class Service:
                                               **({"remote": t.status()}
                                                  if getattr(t, "remote", False) else {})},
             "uptime_s": round(time.time() - self.started_at, 1),
+            # the history database this daemon reads and writes
+            "db": str(self.runtime.store.path) if self.runtime is not None else None,
             # Editor sessions submit their own jobs (named "lsp:complete" and so on).
             "requests": {**self.requests, "lsp": s.by_name.get("lsp:complete", 0)},
             "tokens_generated": self.runtime.tokens_generated if self.runtime else 0,

@@ -371,6 +371,8 @@ def test_complete_and_status_use_the_daemon(daemon, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and ("exact numerics (promise: exact)" in r.stdout) is (
         not on_remote_target()), r.stdout
+    # where the history is (a newcomer had to find it with `history stats`)
+    assert f"history: {daemon.db}" in r.stdout and st["db"] == str(daemon.db), r.stdout
     # the request counts as words, not a Python dict (a newcomer saw "{'api': 0, ...}")
     assert re.search(r"^requests: (\w+ \d+, )+\w+ \d+; tokens generated", r.stdout, re.M), r.stdout
     # a remote Target with the server's tokenizer: no history to watch (nothing drafts);
