@@ -995,6 +995,29 @@ def test_m006_rescans_a_database_made_before_the_header_and_prose_rules(tmp_path
     assert "secrets rescan (m006_rescan_secrets_headers_prose): 3 values redacted in 3 of" in human
 
 
+def _rescanned(tmp_path, target, files, transcript, values, migration):
+    """A history as written before ``migration``'s rules (it unrecorded): ``files`` in a
+    repository and ``transcript`` (text of one Claude Code message), each of ``values``
+    stored verbatim (checked). Opening it runs the migration: no value is left in text
+    or tokens. Returns (all stored text after, the migration's ``secret_rescans`` row)."""
+    repo = make_repo(tmp_path / "repo", files).resolve()
+    session = tmp_path / "s.jsonl"
+    session.write_text(_claude_record(repo, "u1", [{"type": "text", "text": transcript}]) + "\n")
+    db = tmp_path / "old.db"
+    _old_database(db, repo, session, target, {"repo": files, "transcript": values[-1]},
+                  migration=migration)
+    with sqlite3.connect(db) as c:  # the old database really holds them
+        stored = "\n".join(t for (t,) in c.execute("select text from documents"))
+    assert [v for v in values if v not in stored] == []
+    texts, decoded = _stored(db, target)  # opening it ran the migration
+    assert [v for v in values if v in texts or v in decoded] == []
+    store = HistoryStore(db)
+    try:
+        return texts, {r["name"]: r for r in secret_rescans(store.db)}[migration]
+    finally:
+        store.close()
+
+
 def test_m008_rescans_a_database_made_before_the_url_netrc_and_table_rules(tmp_path, target):
     """A history written before the rules for empty-user URL passwords, .netrc entries and
     password columns of Markdown tables (m008 unrecorded, the values stored verbatim):
@@ -1006,57 +1029,27 @@ def test_m008_rescans_a_database_made_before_the_url_netrc_and_table_rules(tmp_p
     files = {"deploy.md": f"# Deploy\n\nCache at redis://:{url_pw}@cache.internal:6379/0\n",
              "hosts.txt": f"machine ci.example.com login deploy password {netrc_pw}\n",
              "app.py": "def ok():\n    return 1\n"}
-    repo = make_repo(tmp_path / "repo", files).resolve()
-    session = tmp_path / "s.jsonl"
-    session.write_text(_claude_record(repo, "u1", [{"type": "text", "text": (
-        f"| user | password |\n|---|---|\n| admin | {table_pw} |\n")}]) + "\n")
-    db = tmp_path / "old.db"
-    _old_database(db, repo, session, target, {"repo": files, "transcript": table_pw},
-                  migration="m008_rescan_secrets_urls_tables")
-    with sqlite3.connect(db) as c:  # the old database really holds them
-        stored = "\n".join(t for (t,) in c.execute("select text from documents"))
-    assert url_pw in stored and netrc_pw in stored and table_pw in stored
-    texts, decoded = _stored(db, target)  # opening it ran m008
-    assert [v for v in (url_pw, netrc_pw, table_pw) if v in texts or v in decoded] == []
+    texts, row = _rescanned(tmp_path, target, files,
+                            f"| user | password |\n|---|---|\n| admin | {table_pw} |\n",
+                            [url_pw, netrc_pw, table_pw], "m008_rescan_secrets_urls_tables")
     assert "redis://:[REDACTED]@cache.internal:6379/0" in texts
-    store = HistoryStore(db)
-    try:
-        rows = {r["name"]: r for r in secret_rescans(store.db)}
-    finally:
-        store.close()
-    row = rows["m008_rescan_secrets_urls_tables"]
     assert (row["changed"], row["redactions"], row["failed"]) == (3, 3, 0)
 
 
 def test_m009_rescans_a_database_made_before_the_aws_pair_and_note_rules(tmp_path, target):
     """A history written before the rules of a newcomer's break-it run (m009 unrecorded,
-    the values stored verbatim): an AWS secret key beside its redacted id, a `pw=` note, a
-    `login: USER / PW` line in a transcript. Opening it runs m009: the values are gone from
-    text and tokens, and its row in ``secret_rescans`` counts them."""
+    the values stored verbatim): an AWS secret key beside its id (redacted by the old
+    rules), a `pw=` note, a `login: USER / PW` line in a transcript. Opening it runs m009:
+    the values are gone from text and tokens, and its row in ``secret_rescans`` counts
+    them."""
     aws_key = "9dF3kL0p" + _r(32)
     note_pw = "Rt5!" + _r(8) + "9"
     login_pw = "Kj8#" + _r(8) + "2"
     files = {"notes.md": f"# Ops\n\n- AWS creds: [REDACTED] / {aws_key}\n- pw={note_pw}\n",
              "app.py": "def ok():\n    return 1\n"}
-    repo = make_repo(tmp_path / "repo", files).resolve()
-    session = tmp_path / "s.jsonl"
-    session.write_text(_claude_record(repo, "u1", [{"type": "text", "text": (
-        f"staging login: deploy / {login_pw}\n")}]) + "\n")
-    db = tmp_path / "old.db"
-    _old_database(db, repo, session, target, {"repo": files, "transcript": login_pw},
-                  migration="m009_rescan_secrets_pairs_notes")
-    with sqlite3.connect(db) as c:  # the old database really holds them
-        stored = "\n".join(t for (t,) in c.execute("select text from documents"))
-    assert aws_key in stored and note_pw in stored and login_pw in stored
-    texts, decoded = _stored(db, target)  # opening it ran m009
-    assert [v for v in (aws_key, note_pw, login_pw) if v in texts or v in decoded] == []
+    texts, row = _rescanned(tmp_path, target, files, f"staging login: deploy / {login_pw}\n",
+                            [aws_key, note_pw, login_pw], "m009_rescan_secrets_pairs_notes")
     assert "- pw=[REDACTED]" in texts
-    store = HistoryStore(db)
-    try:
-        rows = {r["name"]: r for r in secret_rescans(store.db)}
-    finally:
-        store.close()
-    row = rows["m009_rescan_secrets_pairs_notes"]
     assert (row["changed"], row["failed"]) == (2, 0) and row["redactions"] >= 3
 
 
