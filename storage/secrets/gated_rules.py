@@ -29,9 +29,12 @@ _WORD_V = r"""\\*['"`]?([^\s'"`()\[\]{}<>,;|&\\]{4,}|\[REDACTED\])"""
 _PROSE_WORD = r"(?!(?:and|or|but|if|then|which|that|when|while|because|so)\b)[A-Za-z][\w'-]*"
 _PROSE_KEY = (r"(?:password|passwd|passphrase|passcode|pass[ \t]+phrase|pwd|token|secret"
               r"|api[ \t]+key)")
+# One character of a value in prose: not a space, quote, bracket or separator; "&" only
+# alone ("Bv83&rtLmQ" is a password, "PW && make" ends at the "&&").
+_VC = r"""(?:[^\s'"`()\[\]{}<>,;|&\\]|&(?![&\s]))"""
 # A short-form password in notes (fourth break-it run): the value as in prose, which may also
 # end at a closing parenthesis or a comma ("(pass: PW)", "user u, pass PW, then ...").
-_NOTE_V = (r"\\*['\"`]?([^\s'\"`()\[\]{}<>,;|&\\]{5,}?[^\s'\"`()\[\]{}<>,;|&\\.:!?/]"
+_NOTE_V = (r"\\*['\"`]?(" + _VC + r"{5,}?[^\s'\"`()\[\]{}<>,;|&\\.:!?/]"
            r"|\[REDACTED\])[.,!?:]*(?=['\"`),;]|\s|$|\\[nrt\"'])")
 # Environment lookups with a default: Python's os.environ.get / os.getenv, Ruby's ENV.fetch
 # (name, default), JavaScript's process.env.NAME || default. A name that names a secret
@@ -58,9 +61,9 @@ GATED_RULES: tuple[tuple[tuple[str, ...], str, str, object], ...] = (
     # "Password: PW", "the token is PW", "passphrase: PW".
     (("pass", "pwd", "token", "secret", "api"),
      "Password In Prose",
-     r"(?<![\w./-])" + _PROSE_KEY + r"(?:(?:[ \t]+" + _PROSE_WORD + r"){0,6}?[ \t]+(?:is|was)"
-     r"(?:[ \t]+(?:now|still|set[ \t]+to))?[ \t]*:?|[ \t]*:)(?:\*\*)?[ \t]+['\"`]?"
-     r"([^\s'\"`()\[\]{}<>,;|&\\]{5,}?[^\s'\"`()\[\]{}<>,;|&\\.:!?/]|\[REDACTED\])[.,!?:]*"
+     r"(?<![\w./-])" + _PROSE_KEY + r"(?:(?:[ \t]+" + _PROSE_WORD + r"){0,6}?(?:[ \t]+(?:is|was)"
+     r"(?:[ \t]+(?:now|still|set[ \t]+to))?[ \t]*:?|[ \t]*:)|[ \t]*:)(?:\*\*)?[ \t]+['\"`]?"
+     r"(" + _VC + r"{5,}?[^\s'\"`()\[\]{}<>,;|&\\.:!?/]|\[REDACTED\])[.,!?:]*"
      r"(?=['\"`]|\s|$|\\[nrt\"'])", prose_secret),
     # Fourth break-it run: short forms in notes and chat: "pw=PW", "pw: PW", "(pass: PW)".
     (("pw", "pass"), "Password In Prose",

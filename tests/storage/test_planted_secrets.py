@@ -557,3 +557,24 @@ def test_formats_of_the_microsoft_table_are_redacted(cls):
     out = redact(text)
     assert out.text == f"use {REDACTED} for the deploy\n", out.text
     assert redact(text, prefilter=False) == out
+
+
+def test_a_password_with_an_ampersand_or_named_by_words_then_a_colon_is_redacted():
+    """From a re-check of the fourth run: a value holding "&" ended at it ("wifi password:
+    Bv83&rtLmQ" was stored: "Bv83" is too short to be one), and "passphrase for the gpg key:
+    PW" (words, then a colon) was not read as prose. "&&" still ends a value, and a word
+    that is no secret stays."""
+    cases = {
+        "wifi password: Bv83&rtLmQ": "wifi password: [REDACTED]",
+        "my password is Bv83&rtLmQ": "my password is [REDACTED]",
+        "ssh root@10.0.0.5 (pass: Kx2&pq9Lm)": "ssh root@10.0.0.5 (pass: [REDACTED])",
+        "passphrase for the gpg key: Jm3!oPq8Rs": "passphrase for the gpg key: [REDACTED]",
+        "the password is Hunter2x && make deploy": "the password is [REDACTED] && make deploy",
+        "password for the user: required": "password for the user: required",
+        "the token for the API: see the vault": "the token for the API: see the vault",
+    }
+    for line, want in cases.items():
+        for text in (line, line + "\n"):
+            got = redact(text, filename="notes.md").text
+            assert got == text.replace(line, want), (line, got)
+            assert redact(text, filename="notes.md", prefilter=False).text == got
