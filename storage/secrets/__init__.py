@@ -69,8 +69,8 @@ Pipeline (offsets are UTF-8 byte offsets, ``surrogatepass``, so lone surrogates 
    its PreciselyClassifiedSecurityKeys: Azure identifiable keys, NuGet, Azure DevOps PATs, ...)
    on the same long runs as the provider rules. From a fourth break-it run: an AWS secret
    access key next to its key id (a standalone 40-character ``[A-Za-z0-9/+]`` run with letters
-   and digits on the id's line or the next one, found before the plugins replace the id, as
-   trufflehog pairs them: :func:`.context_rules.aws_pair_spans`); short password forms in notes
+   and digits on the id's line or the next one, or beside the ``[REDACTED]`` the plugins made
+   of the id, as trufflehog pairs them: :func:`.context_rules.aws_pair_spans`); short password forms in notes
    (``pw=PW``, ``pw: PW``, ``(pass: PW)``, ``login: user / PW``, ``user U, pass PW``; the
    value must look like a token, :func:`.values.note_password`); the default of an environment
    lookup (``os.environ.get``/``os.getenv``/``ENV.fetch``/``process.env.X ||``) whose
@@ -169,8 +169,8 @@ Modules, one job each (the pipeline's steps above, in order of use):
 ``cli_rules``           step 5: command lines and ``NAME=value`` assignments
 ``gated_rules``         step 5: headers, prose, stdin logins, signed and webhook URLs,
                         environment defaults, ...
-``context_rules``       step 5: next-line values, fenced blocks, ``.netrc``, Markdown tables;
-                        first: an AWS secret key next to its key id
+``context_rules``       step 5: next-line values, fenced blocks, ``.netrc``, Markdown tables,
+                        an AWS secret key next to its key id
 ``rescan_rules``        step 5: base64 of a credential, a key cut in two literals
 ``values``              step 5: is a found value a literal secret (not a reference, a word)?
 ``text_scan``           C-speed runs of token characters; a lowered copy with equal offsets

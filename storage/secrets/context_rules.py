@@ -243,10 +243,9 @@ def table_spans(text: str) -> list[TextSpan]:
 # id by its prefix but the secret only after a keyword. As trufflehog's AWS detector pairs
 # each id with the 40-character [A-Za-z0-9/+] runs near it, and Watchman's AWS rule gates
 # that run on an AKIA/ASIA id, a standalone run of 40 on the id's line or the next one is
-# the secret when it looks random (:func:`.values.aws_secret_key`). Runs before the plugins,
-# while the id is still there to see; an id already redacted ([REDACTED], as every history
-# written before this rule holds it) anchors it too: a random run of 40 beside a secret is
-# one (m009's rescan relies on it).
+# the secret when it looks random (:func:`.values.aws_secret_key`). An id already redacted
+# ([REDACTED]: by the plugins earlier in the same round, or in every history written before
+# this rule) anchors it too: a random run of 40 beside a secret is one (m009 relies on it).
 _AWS_KEY_ID = re.compile(r"A(?:3T[A-Z0-9]|KIA|SIA|BIA|CCA)[A-Z0-9]{16}"  # the plugin's ids
                          r"|\[REDACTED\]")
 _AWS_SECRET_RUN = re.compile(r"(?<![A-Za-z0-9/+_-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")

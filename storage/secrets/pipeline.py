@@ -1,7 +1,6 @@
 """The filter's pipeline: :func:`redact` puts every rule's spans together, round after round.
 
-Order: a key cut in two string literals and an AWS secret key next to its key id first (while
-both parts, or the id, are still there), then rounds
+Order: a key cut in two string literals first (while both parts are still there), then rounds
 of the detect-secrets plugins (:func:`.scan.find_spans`, replaced on bytes) and of the extra
 rules (providers, command lines, gated rules, fenced blocks, next-line values, ``.netrc``,
 Markdown tables, base64), until a round of extra rules finds nothing.
@@ -65,8 +64,7 @@ def _redact(text: str, filename: str, prefilter: bool, nested: bool = False) -> 
     kinds: dict[str, int] = {}
     if not nested:  # first, while both parts of a key cut in two literals are still there
         split = unescaped_spans(lambda t: concat_spans(t, rescan), text, '\\"')
-        # and while an AWS key id still stands next to its secret key
-        text, count, kinds = replace_text_spans(text, split + aws_pair_spans(text))
+        text, count, kinds = replace_text_spans(text, split)
     # A replacement can change what the detectors see next to it (a token that ran into a
     # longer one now ends at "[REDACTED]"), so rounds repeat until the text stands still:
     # that makes redact(redact(x).text).text == redact(x).text.
@@ -105,7 +103,7 @@ def _redact_extra(text: str, prefilter: bool) -> tuple[str, int, dict[str, int]]
         spans.extend(fenced_spans(text, prefilter))
     spans.extend(next_line_spans(text))
     spans.extend(netrc_spans(text))
-    # again every round: beside an id a round redacted ([REDACTED]), for idempotence
+    # beside its key id, or beside the [REDACTED] a plugin made of it this round
     spans.extend(aws_pair_spans(text))
     spans.extend(unescaped_spans(table_spans, text, "|"))
     spans.extend(base64_spans(text, rescan))
